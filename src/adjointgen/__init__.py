@@ -1,0 +1,1 @@
+"""adjointgen: derived, audited JVP/VJP rules for matrix decompositions."""

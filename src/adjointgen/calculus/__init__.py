@@ -1,0 +1,11 @@
+"""The derivation engine: matrix-expression nodes, algebra, derivations."""
+from sympy.matrices.expressions import HadamardProduct, Identity, Inverse, MatrixSymbol, Transpose, ZeroMatrix
+
+from .algebra import DerivationError
+from .derivation import Derivation, Equation
+from .nodes import DiagPart, PairwiseMatrix, Skew, Sym
+
+__all__ = [
+    "Derivation", "DerivationError", "DiagPart", "Equation", "HadamardProduct", "Identity",
+    "Inverse", "MatrixSymbol", "PairwiseMatrix", "Skew", "Sym", "Transpose", "ZeroMatrix",
+]

@@ -1,0 +1,514 @@
+"""Normal forms, the differential operator, substitution, transposition and rewrite rules.
+
+Everything here works on SymPy matrix expressions.  The central normal form is a *term list*:
+a sum of ``coefficient * F1 * F2 * ... * Fp`` where each factor is an *atom* -- a symbol, its
+transpose, an inverse, or one of the linear nodes (``DiagPart``, ``Sym``, ``Skew``,
+``HadamardProduct``) applied to an expression that is itself in normal form.  Declared structure
+is applied while normalising: ``A^T -> A`` for symmetric ``A``, ``X^T -> -X`` for skew ``X``,
+``diag(D) -> D`` for diagonal ``D``, ``diag(S) -> 0`` for skew ``S``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from itertools import product as cartesian
+from typing import Callable, Iterable
+
+import sympy as sp
+from sympy.matrices.expressions import (
+    HadamardProduct,
+    Identity,
+    Inverse,
+    MatAdd,
+    MatMul,
+    MatrixSymbol,
+    Transpose,
+    ZeroMatrix,
+)
+
+from .nodes import DiagPart, PairwiseMatrix, Skew, Structure, Sym
+
+Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
+
+LINEAR_NODES = (DiagPart, Sym, Skew)
+
+
+class DerivationError(Exception):
+    """A step could not be carried out (pattern not found, expression not linear, ...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# normal form
+# --------------------------------------------------------------------------------------------
+def _key(expr) -> str:
+    return sp.srepr(expr)
+
+
+def _is_zero_matrix(expr) -> bool:
+    return isinstance(expr, ZeroMatrix)
+
+
+def transpose_atom(atom, structure: Structure) -> list[Term]:
+    """Transpose of one atom, as a term list (a skew atom transposes to minus itself)."""
+    if isinstance(atom, PairwiseMatrix):
+        t = atom._eval_transpose()
+        if t is None:
+            return [(sp.Integer(1), (Transpose(atom),))]
+        c, f = (sp.Integer(-1), -t) if t != atom else (sp.Integer(1), atom)
+        return [(c, (f,))]
+    if isinstance(atom, MatrixSymbol):
+        if structure.is_symmetric(atom.name):
+            return [(sp.Integer(1), (atom,))]
+        if atom.name in structure.skew:
+            return [(sp.Integer(-1), (atom,))]
+        return [(sp.Integer(1), (Transpose(atom),))]
+    if isinstance(atom, Transpose):
+        return [(sp.Integer(1), (atom.arg,))]
+    if isinstance(atom, Identity):
+        return [(sp.Integer(1), (atom,))]
+    if isinstance(atom, Inverse):
+        inner = normalize(Transpose(atom.arg), structure)
+        return [(sp.Integer(1), (Inverse(inner),))]
+    if isinstance(atom, (DiagPart, Sym)):
+        return [(sp.Integer(1), (atom,))]
+    if isinstance(atom, Skew):
+        return [(sp.Integer(-1), (atom,))]
+    if isinstance(atom, HadamardProduct):
+        return expand(HadamardProduct(*[Transpose(a) for a in atom.args]), structure)
+    return [(sp.Integer(1), (Transpose(atom),))]
+
+
+def _product(term_lists: list[list[Term]]) -> list[Term]:
+    out: list[Term] = []
+    for combo in cartesian(*term_lists):
+        coeff = sp.Integer(1)
+        factors: list = []
+        for c, fs in combo:
+            coeff = coeff * c
+            factors.extend(fs)
+        if len(factors) > 1:
+            factors = [f for f in factors if not isinstance(f, Identity)] or [factors[0]]
+        out.append((coeff, tuple(factors)))
+    return out
+
+
+def collect(terms: Iterable[Term]) -> list[Term]:
+    """Merge equal monomials, drop zero coefficients, sort deterministically."""
+    acc: dict[str, list] = {}
+    for c, fs in terms:
+        k = "*".join(_key(f) for f in fs)
+        if k in acc:
+            acc[k][0] = acc[k][0] + c
+        else:
+            acc[k] = [c, fs]
+    out = [(sp.nsimplify(sp.expand(c)), fs) for c, fs in acc.values()]
+    out = [(c, fs) for c, fs in out if c != 0]
+    out.sort(key=lambda t: "*".join(str(f) for f in t[1]))
+    return out
+
+
+def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure) -> list[Term]:
+    """Apply a linear node to a term list, distributing over the sum and pulling out scalars."""
+    out: list[Term] = []
+    for c, fs in inner_terms:
+        inner = _monomial(sp.Integer(1), fs)
+        if node_type is DiagPart:
+            if len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
+                if fs[0].name in structure.diagonal:
+                    out.append((c, fs))
+                    continue
+                if fs[0].name in structure.skew:
+                    continue
+            if len(fs) == 1 and isinstance(fs[0], DiagPart):
+                out.append((c, fs))
+                continue
+            if len(fs) == 1 and isinstance(fs[0], Identity):
+                out.append((c, fs))
+                continue
+            if all(isinstance(f, MatrixSymbol) and f.name in structure.diagonal or isinstance(f, DiagPart) for f in fs):
+                out.append((c, fs))  # product of diagonal matrices is diagonal
+                continue
+            if len(fs) == 1 and isinstance(fs[0], HadamardProduct):
+                pw = [a for a in fs[0].args if isinstance(a, PairwiseMatrix)]
+                if pw and pw[0].definition.diagonal_value == 0:
+                    continue
+        if node_type is Sym and len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
+            if structure.is_symmetric(fs[0].name):
+                out.append((c, fs))
+                continue
+            if fs[0].name in structure.skew:
+                continue
+        if node_type is Skew and len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
+            if fs[0].name in structure.skew:
+                out.append((c, fs))
+                continue
+            if structure.is_symmetric(fs[0].name):
+                continue
+        out.append((c, (node_type(inner),)))
+    return collect(out)
+
+
+def _monomial(c, fs):
+    if len(fs) == 1 and c == 1:
+        return fs[0]
+    return MatMul(c, *fs) if c != 1 else MatMul(*fs)
+
+
+def expand(expr, structure: Structure) -> list[Term]:
+    """The term list (normal form) of ``expr``."""
+    if isinstance(expr, ZeroMatrix):
+        return []
+    if isinstance(expr, MatAdd):
+        return collect([t for a in expr.args for t in expand(a, structure)])
+    if isinstance(expr, MatMul):
+        coeff, mats = expr.as_coeff_matrices()
+        parts = [expand(m, structure) for m in mats]
+        return collect((coeff * c, fs) for c, fs in _product(parts))
+    if isinstance(expr, sp.MatPow):
+        base, exp = expr.args
+        if exp == -1:
+            return [(sp.Integer(1), (Inverse(build(expand(base, structure), base.shape)),))]
+        if exp.is_Integer and exp > 0:
+            return expand(MatMul(*([base] * int(exp))), structure)
+        raise DerivationError(f"unsupported matrix power {expr}")
+    if isinstance(expr, Transpose):
+        inner = expand(expr.arg, structure)
+        out = []
+        for c, fs in inner:
+            parts = [transpose_atom(f, structure) for f in reversed(fs)]
+            out.extend((c * c2, fs2) for c2, fs2 in _product(parts))
+        return collect(out)
+    if isinstance(expr, LINEAR_NODES):
+        return _linear_node(type(expr), expand(expr.arg, structure), expr.shape, structure)
+    if isinstance(expr, HadamardProduct):
+        consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
+        others = [a for a in expr.args if not isinstance(a, PairwiseMatrix)]
+        if len(others) != 1:
+            raise DerivationError(
+                f"Hadamard product {expr} must have exactly one non-pairwise factor"
+            )
+        out = []
+        for c, fs in expand(others[0], structure):
+            inner = _monomial(sp.Integer(1), fs)
+            out.append((c, (HadamardProduct(*consts, inner),)))
+        return collect(out)
+    if isinstance(expr, Inverse):
+        return [(sp.Integer(1), (Inverse(build(expand(expr.arg, structure), expr.shape)),))]
+    if isinstance(expr, (MatrixSymbol, Identity)):
+        return [(sp.Integer(1), (expr,))]
+    raise DerivationError(f"cannot normalise {type(expr).__name__}: {expr}")
+
+
+def build(terms: list[Term], shape) -> sp.MatrixExpr:
+    """Matrix expression from a term list."""
+    if not terms:
+        return ZeroMatrix(*shape)
+    parts = [_monomial(c, fs) for c, fs in terms]
+    return parts[0] if len(parts) == 1 else MatAdd(*parts)
+
+
+def normalize(expr, structure: Structure) -> sp.MatrixExpr:
+    """``expr`` rebuilt from its term list."""
+    return build(expand(expr, structure), expr.shape)
+
+
+def is_zero(expr, structure: Structure) -> bool:
+    return not expand(expr, structure)
+
+
+def free_names(expr) -> set[str]:
+    """Names of all matrix symbols in ``expr`` (pairwise matrices included)."""
+    return {s.name for s in expr.atoms(MatrixSymbol)}
+
+
+# --------------------------------------------------------------------------------------------
+# differential
+# --------------------------------------------------------------------------------------------
+def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
+    """``d(expr)``: product, transpose, inverse and linear-node rules.
+
+    ``tangent(X)`` returns the tangent symbol of ``X`` or ``None`` when ``X`` is constant.
+    """
+    shape = expr.shape
+    if isinstance(expr, (Identity, ZeroMatrix)):
+        return ZeroMatrix(*shape)
+    if isinstance(expr, PairwiseMatrix):
+        raise DerivationError(f"differential of pairwise matrix {expr.name} is not derived")
+    if isinstance(expr, MatrixSymbol):
+        t = tangent(expr)
+        return ZeroMatrix(*shape) if t is None else t
+    if isinstance(expr, MatAdd):
+        return MatAdd(*[differential(a, tangent) for a in expr.args]).doit()
+    if isinstance(expr, MatMul):
+        coeff, mats = expr.as_coeff_matrices()
+        terms = []
+        for i, m in enumerate(mats):
+            dm = differential(m, tangent)
+            if isinstance(dm, ZeroMatrix):
+                continue
+            terms.append(MatMul(coeff, *mats[:i], dm, *mats[i + 1:]))
+        return MatAdd(*terms).doit() if terms else ZeroMatrix(*shape)
+    if isinstance(expr, Transpose):
+        return Transpose(differential(expr.arg, tangent))
+    if isinstance(expr, (Inverse, sp.MatPow)) and (
+        isinstance(expr, Inverse) or expr.args[1] == -1
+    ):
+        inv = expr
+        dm = differential(expr.args[0], tangent)
+        if isinstance(dm, ZeroMatrix):
+            return ZeroMatrix(*shape)
+        return MatMul(-1, inv, dm, inv)
+    if isinstance(expr, LINEAR_NODES):
+        return type(expr)(differential(expr.arg, tangent))
+    if isinstance(expr, HadamardProduct):
+        terms = []
+        for i, a in enumerate(expr.args):
+            if isinstance(a, PairwiseMatrix):
+                continue
+            da = differential(a, tangent)
+            if isinstance(da, ZeroMatrix):
+                continue
+            terms.append(HadamardProduct(*expr.args[:i], da, *expr.args[i + 1:]))
+        return MatAdd(*terms) if terms else ZeroMatrix(*shape)
+    raise DerivationError(f"no differential rule for {type(expr).__name__}")
+
+
+# --------------------------------------------------------------------------------------------
+# substitution of products
+# --------------------------------------------------------------------------------------------
+def _find(seq: tuple, pat: tuple) -> int:
+    n, p = len(seq), len(pat)
+    for i in range(n - p + 1):
+        if all(seq[i + j] == pat[j] for j in range(p)):
+            return i
+    return -1
+
+
+def substitute_product(expr, pattern, replacement, structure: Structure) -> tuple[sp.MatrixExpr, int]:
+    """Replace every occurrence of the product ``pattern`` (as a contiguous run of factors, also
+    inside linear nodes) by ``replacement``.  Returns the new expression and the count."""
+    pat_terms = expand(pattern, structure)
+    if len(pat_terms) != 1 or pat_terms[0][0] != 1:
+        raise DerivationError(f"pattern {pattern} must be a single product")
+    pat = pat_terms[0][1]
+    rep_terms = expand(replacement, structure)
+    count = 0
+
+    def sub_terms(terms: list[Term]) -> list[Term]:
+        nonlocal count
+        out: list[Term] = []
+        work = list(terms)
+        while work:
+            c, fs = work.pop()
+            fs = tuple(_sub_inside(f) for f in fs)
+            i = _find(fs, pat)
+            if i < 0:
+                out.append((c, fs))
+                continue
+            count += 1
+            for c2, fs2 in rep_terms:
+                new = fs[:i] + fs2 + fs[i + len(pat):]
+                if len(new) > 1:
+                    new = tuple(f for f in new if not isinstance(f, Identity)) or new[:1]
+                work.append((c * c2, new))
+        return collect(out)
+
+    def _sub_inside(atom):
+        if isinstance(atom, LINEAR_NODES):
+            inner = sub_terms(expand(atom.arg, structure))
+            return type(atom)(build(inner, atom.shape)) if inner else ZeroMatrix(*atom.shape)
+        if isinstance(atom, HadamardProduct):
+            consts = [a for a in atom.args if isinstance(a, PairwiseMatrix)]
+            other = [a for a in atom.args if not isinstance(a, PairwiseMatrix)][0]
+            inner = sub_terms(expand(other, structure))
+            return HadamardProduct(*consts, build(inner, atom.shape)) if inner else ZeroMatrix(*atom.shape)
+        return atom
+
+    terms = sub_terms(expand(expr, structure))
+    # zero atoms created inside linear nodes vanish on renormalisation
+    return normalize(build(terms, expr.shape), structure), count
+
+
+def replace_symbol(expr, symbol: MatrixSymbol, value, structure: Structure):
+    """Replace a symbol by an expression everywhere (a substitution of a solved unknown)."""
+    return normalize(expr.xreplace({symbol: value}), structure)
+
+
+# --------------------------------------------------------------------------------------------
+# transposition: JVP -> VJP under <X, Y> = tr(X^T Y)
+# --------------------------------------------------------------------------------------------
+def transpose_linear(expr, tangents: set[str], cotangent, structure: Structure) -> dict[str, list]:
+    """Adjoint of the linear map ``tangent -> expr`` applied to ``cotangent``.
+
+    ``<cotangent, expr(dX)> = sum_X <result[X], dX>``.  Rules, for one monomial
+    ``c L X R`` with the tangent-dependent factor ``X``:
+
+    * ``<G, c L dX R>      = <c L^T G R^T, dX>``
+    * ``<G, dX^T>          = <G^T, dX>``
+    * ``<G, F ∘ Y>         = <F ∘ G, Y>``
+    * ``<G, diag(Y)>       = <diag(G), Y>``; ``sym``/``skew`` likewise (self-adjoint projections).
+    """
+    contributions: dict[str, list] = {}
+    for c, fs in expand(expr, structure):
+        idx = [i for i, f in enumerate(fs) if free_names(f) & tangents]
+        if len(idx) != 1:
+            raise DerivationError(
+                f"term {_monomial(c, fs)} is not linear in the tangents {sorted(tangents)}"
+            )
+        j = idx[0]
+        left = [Transpose(f) for f in reversed(fs[:j])]
+        right = [Transpose(f) for f in reversed(fs[j + 1:])]
+        g = MatMul(c, *left, cotangent, *right) if (left or right or c != 1) else cotangent
+        _transpose_atom_linear(fs[j], tangents, g, structure, contributions)
+    return contributions
+
+
+def _transpose_atom_linear(atom, tangents, g, structure, contributions):
+    if isinstance(atom, MatrixSymbol) and atom.name in tangents:
+        contributions.setdefault(atom.name, []).append(g)
+        return
+    if isinstance(atom, Transpose) and isinstance(atom.arg, MatrixSymbol) and atom.arg.name in tangents:
+        contributions.setdefault(atom.arg.name, []).append(Transpose(g))
+        return
+    if isinstance(atom, LINEAR_NODES):
+        for name, parts in transpose_linear(atom.arg, tangents, type(atom)(g), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
+    if isinstance(atom, HadamardProduct):
+        consts = [a for a in atom.args if isinstance(a, PairwiseMatrix)]
+        other = [a for a in atom.args if not isinstance(a, PairwiseMatrix)][0]
+        for name, parts in transpose_linear(other, tangents, HadamardProduct(*consts, g), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
+    raise DerivationError(f"no transposition rule for factor {atom}")
+
+
+# --------------------------------------------------------------------------------------------
+# rewrite rules for generated code: factor common outer factors, move sym/skew inwards
+# --------------------------------------------------------------------------------------------
+def factor_common(terms: list[Term], shape, structure: Structure):
+    """Pull shared leading/trailing factors out of a sum: ``L X1 R + L X2 R -> L (X1 + X2) R``.
+
+    Greedy: the factor shared by the most terms first; deterministic tie-break by name.
+    """
+    if len(terms) <= 1:
+        return _factor_inside(build(terms, shape), structure)
+    best = None
+    for side in ("left", "right"):
+        counts = Counter(
+            _key(fs[0] if side == "left" else fs[-1]) for _, fs in terms if len(fs) >= 2
+        )
+        for k, cnt in sorted(counts.items()):
+            if cnt >= 2 and (best is None or cnt > best[0]):
+                best = (cnt, side, k)
+    if best is None:
+        parts = [_factor_inside(_monomial(c, fs), structure) for c, fs in terms]
+        return MatAdd(*parts)
+    _, side, k = best
+    shared = [(c, fs) for c, fs in terms if len(fs) >= 2 and _key(fs[0] if side == "left" else fs[-1]) == k]
+    rest = [t for t in terms if t not in shared]
+    factor = shared[0][1][0] if side == "left" else shared[0][1][-1]
+    inner_terms = [(c, fs[1:] if side == "left" else fs[:-1]) for c, fs in shared]
+    inner_shape = (factor.shape[1], shape[1]) if side == "left" else (shape[0], factor.shape[0])
+    inner = factor_common(inner_terms, inner_shape, structure)
+    grouped = MatMul(factor, inner) if side == "left" else MatMul(inner, factor)
+    if not rest:
+        return grouped
+    return MatAdd(grouped, factor_common(rest, shape, structure))
+
+
+def _factor_inside(expr, structure):
+    """Apply :func:`factor_common` inside linear nodes of a monomial."""
+    if isinstance(expr, MatMul):
+        c, mats = expr.as_coeff_matrices()
+        return MatMul(c, *[_factor_inside(m, structure) for m in mats]) if c != 1 else MatMul(*[_factor_inside(m, structure) for m in mats])
+    if isinstance(expr, LINEAR_NODES):
+        return type(expr)(factor_common(expand(expr.arg, structure), expr.shape, structure))
+    if isinstance(expr, HadamardProduct):
+        consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
+        other = [a for a in expr.args if not isinstance(a, PairwiseMatrix)][0]
+        return HadamardProduct(*consts, factor_common(expand(other, structure), other.shape, structure))
+    return expr
+
+
+def push_projection_inward(expr, structure: Structure):
+    """Rewrite rules that move ``sym``/``skew`` towards the leaves:
+
+    * ``sym(L X L^T) = L sym(X) L^T`` and ``skew(L X L^T) = L skew(X) L^T``;
+    * ``sym(X + Y) = sym(X) + sym(Y)``; ``sym(c X) = c sym(X)``;
+    * ``sym(F ∘ X) = F ∘ skew(X)`` for antisymmetric ``F`` (and ``F ∘ sym(X)`` for symmetric);
+    * ``sym(X) = X`` for symmetric ``X`` (diagonal symbols, ``diag(.)``).
+    """
+    if isinstance(expr, MatAdd):
+        return MatAdd(*[push_projection_inward(a, structure) for a in expr.args])
+    if isinstance(expr, MatMul):
+        c, mats = expr.as_coeff_matrices()
+        args = [push_projection_inward(m, structure) for m in mats]
+        return MatMul(c, *args) if c != 1 else MatMul(*args)
+    if isinstance(expr, HadamardProduct):
+        return HadamardProduct(*[push_projection_inward(a, structure) for a in expr.args])
+    if isinstance(expr, (Sym, Skew)):
+        node = type(expr)
+        inner = expr.arg
+        if isinstance(inner, MatAdd):
+            return MatAdd(*[push_projection_inward(node(a), structure) for a in inner.args])
+        if isinstance(inner, MatMul):
+            c, mats = inner.as_coeff_matrices()
+            if c != 1:
+                return MatMul(c, push_projection_inward(node(MatMul(*mats) if len(mats) > 1 else mats[0]), structure))
+            if len(mats) >= 3 and normalize(Transpose(mats[0]), structure) == normalize(mats[-1], structure):
+                middle = MatMul(*mats[1:-1]) if len(mats) > 3 else mats[1]
+                return MatMul(mats[0], push_projection_inward(node(middle), structure), mats[-1])
+        if isinstance(inner, HadamardProduct):
+            pw = [a for a in inner.args if isinstance(a, PairwiseMatrix)]
+            other = [a for a in inner.args if not isinstance(a, PairwiseMatrix)]
+            if len(pw) == 1 and len(other) == 1:
+                d = pw[0].definition
+                if d.is_antisymmetric:
+                    flip = Skew if node is Sym else Sym
+                    return HadamardProduct(pw[0], push_projection_inward(flip(other[0]), structure))
+                if d.is_symmetric:
+                    return HadamardProduct(pw[0], push_projection_inward(node(other[0]), structure))
+        if isinstance(inner, DiagPart) or (
+            isinstance(inner, MatrixSymbol) and structure.is_symmetric(inner.name)
+        ):
+            return inner if node is Sym else ZeroMatrix(*inner.shape)
+        return node(push_projection_inward(inner, structure))
+    if isinstance(expr, (DiagPart,)):
+        return DiagPart(push_projection_inward(expr.arg, structure))
+    return expr
+
+
+def simplify_for_codegen(expr, structure: Structure):
+    """Factor shared outer factors, move projections inward, factor again (to a fixed point)."""
+    current = factor_common(expand(expr, structure), expr.shape, structure)
+    for _ in range(8):
+        nxt = push_projection_inward(current, structure)
+        nxt = _drop_zero(nxt)
+        if _key(nxt) == _key(current):
+            break
+        current = nxt
+    return factor_common(expand(current, structure), expr.shape, structure)
+
+
+def _drop_zero(expr):
+    if isinstance(expr, MatAdd):
+        args = [_drop_zero(a) for a in expr.args if not isinstance(a, ZeroMatrix)]
+        args = [a for a in args if not isinstance(a, ZeroMatrix)]
+        if not args:
+            return ZeroMatrix(*expr.shape)
+        return args[0] if len(args) == 1 else MatAdd(*args)
+    if isinstance(expr, MatMul):
+        c, mats = expr.as_coeff_matrices()
+        mats = [_drop_zero(m) for m in mats]
+        if any(isinstance(m, ZeroMatrix) for m in mats):
+            return ZeroMatrix(*expr.shape)
+        return MatMul(c, *mats) if c != 1 else MatMul(*mats)
+    if isinstance(expr, LINEAR_NODES):
+        inner = _drop_zero(expr.arg)
+        return ZeroMatrix(*expr.shape) if isinstance(inner, ZeroMatrix) else type(expr)(inner)
+    if isinstance(expr, HadamardProduct):
+        args = [_drop_zero(a) for a in expr.args]
+        if any(isinstance(a, ZeroMatrix) for a in args):
+            return ZeroMatrix(*expr.shape)
+        return HadamardProduct(*args)
+    return expr

@@ -1,0 +1,560 @@
+"""A derivation: declared symbols and identities, then named steps that transform equations until
+the JVP is found, then the VJP by transposition.  Every step is recorded with the equation it
+produced, so that :mod:`adjointgen.audit` can check each one numerically and, where the step's
+validity rests on structure alone, symbolically on explicit small matrices.
+
+A derivation file reads top to bottom like the derivation in a paper::
+
+    d = Derivation("eigh", __file__, title="Symmetric eigendecomposition")
+    n = d.dim("n")
+    A = d.input("A", n, n, symmetric=True)
+    U = d.output("U", n, n, orthonormal=True, api="V")
+    D = d.output("D", n, n, diagonal=True, api="w")
+    eig = d.identity("A U = U D", A * U, U * D)
+    s = d.differentiate(eig)
+    ...
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import sympy as sp
+from sympy.matrices.expressions import (
+    HadamardProduct,
+    Identity,
+    MatMul,
+    MatrixSymbol,
+    Transpose,
+    ZeroMatrix,
+)
+
+from . import algebra
+from .algebra import DerivationError, expand, normalize
+from .nodes import DI, DJ, DiagPart, PairwiseDef, PairwiseMatrix, Structure, Sym
+
+
+@dataclass(frozen=True)
+class Equation:
+    """``lhs = rhs`` between matrix expressions."""
+
+    lhs: sp.MatrixExpr
+    rhs: sp.MatrixExpr
+
+    @property
+    def residual_expr(self):
+        return self.lhs - self.rhs
+
+    def __str__(self) -> str:
+        return f"{self.lhs} = {self.rhs}"
+
+
+@dataclass
+class Step:
+    """One recorded step of a derivation.
+
+    Attributes:
+        index: 1-based position in the derivation.
+        kind: the engine operation (``differentiate``, ``left_multiply``, ``substitute``, ...).
+        label: what the derivation file called it.
+        equation: the equation the step produced (``None`` for steps that check a property).
+        check: numeric check, ``check(env) -> (value, scale)``; the residual is ``value/scale``.
+        symbolic: explicit small-matrix check ``symbolic(env) -> residual matrix`` or ``None``
+            when the step rests on an identity that SymPy cannot impose on explicit matrices.
+        line: line of the derivation file that called the step.
+    """
+
+    index: int
+    kind: str
+    label: str
+    equation: Equation | None
+    check: Callable | None
+    symbolic: Callable | None = None
+    line: int | None = None
+    note: str = ""
+
+
+@dataclass
+class Rule:
+    """A derived rule: output name -> expression (raw, as derived, and rewritten for code)."""
+
+    raw: dict[str, sp.MatrixExpr]
+    code: dict[str, sp.MatrixExpr]
+
+
+class Derivation:
+    """Symbols, identities and named steps of one operation's derivation."""
+
+    def __init__(self, name: str, path: str, *, title: str, references: tuple[str, ...] = ()):
+        self.name = name
+        self.path = os.path.abspath(path)
+        self.title = title
+        self.references = references
+        self.structure = Structure()
+        self.dims: list[sp.Symbol] = []
+        self.inputs: list[MatrixSymbol] = []
+        self.outputs: list[MatrixSymbol] = []
+        self.api_names: dict[str, str] = {}
+        self.tangents: dict[str, MatrixSymbol] = {}
+        self.cotangents: dict[str, MatrixSymbol] = {}
+        self.introduced: list[tuple[MatrixSymbol, sp.MatrixExpr]] = []
+        self.pairwise: dict[str, PairwiseDef] = {}
+        self.steps: list[Step] = []
+        self.sampler: Callable | None = None
+        self.audit_dims: list[dict[str, int]] = []
+        self.jvp: Rule | None = None
+        self.vjp: Rule | None = None
+        self.symmetric_inputs: set[str] = set()
+
+    # ------------------------------------------------------------------ declarations
+    def dim(self, name: str) -> sp.Symbol:
+        s = sp.Symbol(name, integer=True, positive=True)
+        self.dims.append(s)
+        return s
+
+    def _tangent(self, sym: MatrixSymbol) -> MatrixSymbol:
+        t = MatrixSymbol("d" + sym.name, *sym.shape)
+        self.tangents[sym.name] = t
+        return t
+
+    def input(self, name, rows, cols, *, symmetric=False, positive_definite=False):
+        """Declare an input (a tangent ``d<name>`` is created with the same structure)."""
+        s = MatrixSymbol(name, rows, cols)
+        self.inputs.append(s)
+        if symmetric or positive_definite:
+            self.structure.symmetric |= {name, "d" + name}
+            self.symmetric_inputs.add(name)
+        self._tangent(s)
+        return s
+
+    def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, api=None):
+        """Declare an output; ``api`` is its name in the generated functions (``w`` for ``D``)."""
+        s = MatrixSymbol(name, rows, cols)
+        self.outputs.append(s)
+        if diagonal:
+            self.structure.diagonal |= {name, "d" + name, "g" + name}
+        if orthonormal:
+            self.structure.orthonormal[name] = None if orthonormal is True else orthonormal
+        self.api_names[name] = api or name
+        self._tangent(s)
+        return s
+
+    def tangent(self, sym: MatrixSymbol) -> MatrixSymbol:
+        return self.tangents[sym.name]
+
+    def instances(self, sampler: Callable, dims: list[dict[str, int]]):
+        """Register the numeric sampler used by the audit.
+
+        ``sampler(rng, **dims)`` returns a dict of float64 arrays by symbol name holding valid
+        primal inputs and outputs, random input tangents and the output tangents measured by
+        finite differences of a reference forward computation (never by a derived formula).
+        """
+        self.sampler = sampler
+        self.audit_dims = dims
+
+    # ------------------------------------------------------------------ recording
+    def _line(self) -> int | None:
+        import inspect
+
+        for frame in inspect.stack()[2:]:
+            if os.path.abspath(frame.filename) == self.path:
+                return frame.lineno
+        return None
+
+    def _record(self, kind, label, equation=None, *, check=None, symbolic=None, note=""):
+        step = Step(len(self.steps) + 1, kind, label, equation, check, symbolic, self._line(), note)
+        self.steps.append(step)
+        return step
+
+    def _norm(self, e):
+        return normalize(e, self.structure)
+
+    def _eq(self, lhs, rhs) -> Equation:
+        return Equation(self._norm(lhs), self._norm(rhs))
+
+    def _fail(self, label, message):
+        raise DerivationError(f"{self.path}: step '{label}': {message}")
+
+    def _tangent_of(self, X):
+        return self.tangents.get(X.name)
+
+    # ------------------------------------------------------------------ identities
+    def identity(self, label: str, lhs, rhs) -> Equation:
+        """A defining identity of the operation (checked numerically on every instance)."""
+        eq = self._eq(lhs, rhs)
+        self._record("identity", label, eq, check=_equation_check(eq))
+        return eq
+
+    # ------------------------------------------------------------------ steps
+    def differentiate(self, eq: Equation, label="differentiate") -> Equation:
+        """``d(lhs) = d(rhs)`` with the product, transpose and inverse rules."""
+        dl = algebra.differential(eq.lhs, self._tangent_of)
+        dr = algebra.differential(eq.rhs, self._tangent_of)
+        new = self._eq(dl, dr)
+        tangents = dict(self.tangents)
+
+        def symbolic(env, old=eq, new=new):
+            eps = sp.Symbol("epsilon")
+            moved = {k: v for k, v in env.items()}
+            for name, t in tangents.items():
+                if name in env and t.name in env:
+                    moved[name] = env[name] + eps * env[t.name]
+            lin = _explicit(old.residual_expr, moved).diff(eps).subs(eps, 0)
+            return lin - _explicit(new.residual_expr, env)
+
+        self._record("differentiate", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def left_multiply(self, eq: Equation, M, label="left-multiply") -> Equation:
+        new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
+
+        def symbolic(env, old=eq, new=new):
+            return _explicit(M, env) * _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
+
+        self._record("left_multiply", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def right_multiply(self, eq: Equation, M, label="right-multiply") -> Equation:
+        new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
+
+        def symbolic(env, old=eq, new=new):
+            return _explicit(old.residual_expr, env) * _explicit(M, env) - _explicit(new.residual_expr, env)
+
+        self._record("right_multiply", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def transpose(self, eq: Equation, label="transpose") -> Equation:
+        """``lhs^T = rhs^T`` with declared structure applied (``A^T = A`` for symmetric ``A``)."""
+        new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
+
+        def symbolic(env, old=eq, new=new):
+            return _explicit(old.residual_expr, env).T - _explicit(new.residual_expr, env)
+
+        self._record("transpose", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def substitute(self, eq: Equation, identity: Equation, label="substitute") -> Equation:
+        """Replace every occurrence of the product ``identity.lhs`` by ``identity.rhs``."""
+        lhs, n1 = algebra.substitute_product(eq.lhs, identity.lhs, identity.rhs, self.structure)
+        rhs, n2 = algebra.substitute_product(eq.rhs, identity.lhs, identity.rhs, self.structure)
+        if n1 + n2 == 0:
+            self._fail(label, f"pattern {identity.lhs} does not occur in {eq}")
+        new = self._eq(lhs, rhs)
+        self._record("substitute", label, new, check=_equation_check(new),
+                     note=f"by {identity.lhs} = {identity.rhs}")
+        return new
+
+    def introduce(self, name: str, definition, *, skew_by: Equation | None = None,
+                  label=None) -> MatrixSymbol:
+        """Name a sub-expression: ``name := definition``.
+
+        With ``skew_by`` (the differentiated orthonormality identity, ``dU^T U + U^T dU = 0``),
+        the new symbol is declared skew-symmetric after the engine shows that substituting the
+        definition into ``skew_by`` gives ``X + X^T = 0``.
+        """
+        label = label or f"introduce {name} = {definition}"
+        sym = MatrixSymbol(name, *definition.shape)
+        self.introduced.append((sym, definition))
+        self._record("define", label, Equation(sym, self._norm(definition)),
+                     check=_equation_check(Equation(sym, self._norm(definition))))
+        if skew_by is not None:
+            res = skew_by.residual_expr
+            res, n = algebra.substitute_product(res, definition, sym, self.structure)
+            res, n2 = algebra.substitute_product(res, Transpose(definition), Transpose(sym), self.structure)
+            target = self._norm(sym + Transpose(sym))
+            if n + n2 == 0 or self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
+                self._fail(label, f"{skew_by} does not reduce to {name} + {name}^T = 0 (got {res})")
+            eq = Equation(self._norm(sym + Transpose(sym)), ZeroMatrix(*sym.shape))
+            self.structure.skew.add(name)
+            self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq))
+        return sym
+
+    def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
+        """Replace the introduced symbol's definition (and its transpose) by the symbol."""
+        definition = dict((s.name, d) for s, d in self.introduced)[sym.name]
+        label = label or f"substitute {sym.name} = {definition}"
+        out = []
+        for side in (eq.lhs, eq.rhs):
+            side, _ = algebra.substitute_product(side, definition, sym, self.structure)
+            side, _ = algebra.substitute_product(side, Transpose(definition), Transpose(sym), self.structure)
+            out.append(side)
+        new = self._eq(*out)
+
+        def symbolic(env, old=eq, new=new):
+            env = dict(env)
+            env[sym.name] = _explicit(definition, env)  # the step uses only the definition
+            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
+
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
+                       label=None) -> tuple[Equation, PairwiseMatrix]:
+        """Write the commutator terms ``c (D X - X D)`` as ``c E ∘ X`` with ``E_ij`` derived.
+
+        The entry formula is obtained by expanding ``D X - X D`` on explicit 3×3 matrices and
+        reading off the coefficient of ``X_01``.
+        """
+        label = label or f"Hadamard split of {D.name} {X.name} - {X.name} {D.name}"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        dx = [(c, fs) for c, fs in res if fs == (D, X)]
+        xd = [(c, fs) for c, fs in res if fs == (X, D)]
+        if len(dx) != 1 or len(xd) != 1 or dx[0][0] != -xd[0][0]:
+            self._fail(label, f"no commutator {D.name} {X.name} - {X.name} {D.name} in {eq}")
+        c = dx[0][0]
+        # derive the entry formula
+        d = sp.symbols("d0:3", real=True)
+        x = sp.Matrix(3, 3, lambda i, j: sp.Symbol(f"x{i}{j}"))
+        comm = sp.diag(*d) * x - x * sp.diag(*d)
+        entry = sp.expand(comm[0, 1]).coeff(sp.Symbol("x01"))
+        entry = entry.xreplace({d[0]: DI, d[1]: DJ})
+        diag_entry = sp.expand(comm[1, 1]).coeff(sp.Symbol("x11"))
+        definition = PairwiseDef(name, D.name, entry, sp.sympify(diag_entry),
+                                 origin=label, meaning=f"entries of {D.name}{X.name} - {X.name}{D.name} divided by {X.name}")
+        E = PairwiseMatrix.define(definition, D.shape[0])
+        self.pairwise[name] = definition
+        rest = [(cc, fs) for cc, fs in res if fs not in ((D, X), (X, D))]
+        new = self._eq(algebra.build(rest, eq.lhs.shape) + c * HadamardProduct(E, X), ZeroMatrix(*eq.lhs.shape))
+
+        def symbolic(env, old=eq, new=new):
+            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
+
+        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=symbolic,
+                     note=f"{name}_ij = {entry}, {name}_ii = {diag_entry}")
+        return new, E
+
+    def diagonal_part(self, eq: Equation, label="diagonal part") -> Equation:
+        """``diag(lhs) = diag(rhs)``; diagonal symbols stay, skew symbols and ``E ∘ X`` with
+        ``E_ii = 0`` vanish."""
+        new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
+
+        def symbolic(env, old=eq, new=new):
+            return _SYMPY_DIAG(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
+
+        self._record("diagonal_part", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def solve_for(self, eq: Equation, unknown: MatrixSymbol, label=None) -> Equation:
+        """Solve a linear equation in which ``unknown`` appears as one bare term."""
+        label = label or f"solve for {unknown.name}"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        mine = [(c, fs) for c, fs in res if fs == (unknown,)]
+        others = [(c, fs) for c, fs in res if fs != (unknown,)]
+        if len(mine) != 1 or any(unknown.name in algebra.free_names(f) for _, fs in others for f in fs):
+            self._fail(label, f"{unknown.name} does not appear as a single bare term in {eq}")
+        c = mine[0][0]
+        sol = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
+        new = Equation(unknown, sol)
+
+        def symbolic(env, old=eq, new=new, c=c):
+            return _explicit(old.residual_expr, env) / c - _explicit(new.residual_expr, env)
+
+        self._record("solve", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def solve_offdiagonal(self, eq: Equation, unknown: MatrixSymbol, gaps: PairwiseMatrix,
+                          name: str, label=None) -> tuple[Equation, PairwiseMatrix]:
+        """Solve ``c E ∘ X + R = 0`` (plus diagonal terms) for a skew ``X``: ``X = F ∘ R`` with
+        ``F_ij = -1/(c E_ij)`` off the diagonal, ``F_ii = 0``."""
+        label = label or f"solve off the diagonal for {unknown.name}"
+        if unknown.name not in self.structure.skew:
+            self._fail(label, f"{unknown.name} must be skew-symmetric (zero diagonal)")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        had = [(c, fs) for c, fs in res if len(fs) == 1 and isinstance(fs[0], HadamardProduct)
+               and gaps in fs[0].args and unknown in fs[0].args]
+        if len(had) != 1:
+            self._fail(label, f"no term {gaps.name} ∘ {unknown.name} in {eq}")
+        c = had[0][0]
+        rest = []
+        for cc, fs in res:
+            if (cc, fs) == had[0]:
+                continue
+            if unknown.name in set().union(*(algebra.free_names(f) for f in fs)):
+                self._fail(label, f"{unknown.name} also appears outside {gaps.name} ∘ {unknown.name}")
+            if all(isinstance(f, MatrixSymbol) and f.name in self.structure.diagonal for f in fs):
+                continue  # diagonal terms vanish off the diagonal
+            rest.append((cc, fs))
+        gdef = gaps.definition
+        if sp.simplify(gdef.diagonal_value) != 0:
+            self._fail(label, f"{gaps.name}_ii = {gdef.diagonal_value} is not zero")
+        expr = sp.simplify(-1 / (c * gdef.expr))
+        definition = PairwiseDef(name, gdef.diagonal_of, expr, sp.Integer(0), origin=label,
+                                 meaning=f"-1/({c}·{gaps.name}_ij) off the diagonal, 0 on it")
+        F = PairwiseMatrix.define(definition, unknown.shape[0])
+        self.pairwise[name] = definition
+        R = algebra.build(rest, unknown.shape)
+        new = Equation(unknown, self._norm(HadamardProduct(F, R)))
+
+        def symbolic(env, old=eq, new=new):
+            Fm = _explicit(F, env)
+            return -Fm.multiply_elementwise(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
+
+        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
+                     note=f"{name}_ij = {expr}, {name}_ii = 0")
+        return new, F
+
+    def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
+        """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``."""
+        label = label or f"substitute {solved.lhs} = {solved.rhs}"
+        new = self._eq(eq.lhs.xreplace({solved.lhs: solved.rhs}), eq.rhs.xreplace({solved.lhs: solved.rhs}))
+
+        def symbolic(env, new=new, solved=solved, old=eq):
+            env2 = dict(env)
+            env2[solved.lhs.name] = _explicit(solved.rhs, env)
+            return _explicit(old.residual_expr, env2) - _explicit(new.residual_expr, env)
+
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    # ------------------------------------------------------------------ rules
+    def set_jvp(self, **solutions: Equation):
+        """Declare the JVP: for each output tangent, an equation ``d<out> = expr(primals, d<in>)``."""
+        raw = {}
+        allowed = {s.name for s in self.inputs + self.outputs} | {t.name for n, t in self.tangents.items()
+                                                                    if n in {s.name for s in self.inputs}}
+        allowed |= set(self.pairwise)
+        for out in self.outputs:
+            t = self.tangents[out.name]
+            if t.name not in solutions:
+                self._fail("JVP", f"no solution given for {t.name}")
+            eq = solutions[t.name]
+            if eq.lhs != t:
+                self._fail("JVP", f"equation {eq} does not solve for {t.name}")
+            extra = algebra.free_names(eq.rhs) - allowed
+            if extra:
+                self._fail("JVP", f"{t.name} still depends on {sorted(extra)}")
+            raw[t.name] = eq.rhs
+        code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
+        self.jvp = Rule(raw, code)
+        for k in raw:
+            self._record("jvp", f"JVP {k} = {raw[k]}", Equation(self.tangents_by_name(k), raw[k]),
+                         check=_equation_check(Equation(self.tangents_by_name(k), raw[k])),
+                         note="checked against the finite-difference tangent of the reference forward")
+            self._record("rewrite", f"JVP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
+                         check=_equation_check(Equation(code[k], raw[k])),
+                         symbolic=_same_value_symbolic(code[k], raw[k]))
+
+    def tangents_by_name(self, name):
+        for t in self.tangents.values():
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def derive_vjp(self):
+        """Transpose the JVP under ``<X, Y> = tr(X^T Y)``; project symmetric inputs with ``sym``."""
+        if self.jvp is None:
+            self._fail("VJP", "set_jvp must come first")
+        in_tangents = {self.tangents[s.name].name for s in self.inputs}
+        contrib: dict[str, list] = {}
+        for out in self.outputs:
+            g = MatrixSymbol("g" + out.name, *out.shape)
+            self.cotangents[out.name] = g
+            t = self.tangents[out.name].name
+            for name, parts in algebra.transpose_linear(self.jvp.raw[t], in_tangents, g, self.structure).items():
+                contrib.setdefault(name, []).extend(parts)
+        raw = {}
+        for s in self.inputs:
+            t = self.tangents[s.name].name
+            parts = contrib.get(t, [])
+            total = sp.MatAdd(*parts) if len(parts) > 1 else (parts[0] if parts else ZeroMatrix(*s.shape))
+            total = self._norm(total)
+            self._record("transpose", f"VJP g{s.name} by transposing the JVP: {total}",
+                         Equation(MatrixSymbol("g" + s.name, *s.shape), total),
+                         check=_dot_product_check(self, s.name, total, symmetric=False),
+                         symbolic=_dot_product_symbolic(self, s.name, total),
+                         note="<g_in, d_in> = sum <g_out, d_out> for random tangents and cotangents")
+            if s.name in self.symmetric_inputs:
+                total = self._norm(Sym(total))
+                self._record("project", f"g{s.name} projected onto symmetric matrices: {total}",
+                             Equation(MatrixSymbol("g" + s.name, *s.shape), total),
+                             check=_dot_product_check(self, s.name, total, symmetric=True),
+                             symbolic=_dot_product_symbolic(self, s.name, total))
+            raw["g" + s.name] = total
+        code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
+        for k in raw:
+            self._record("rewrite", f"VJP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
+                         check=_equation_check(Equation(code[k], raw[k])),
+                         symbolic=_same_value_symbolic(code[k], raw[k]))
+        self.vjp = Rule(raw, code)
+
+
+# ---------------------------------------------------------------------- checks
+def _frob(x):
+    import numpy as np
+
+    return float(np.linalg.norm(x))
+
+
+def _equation_check(eq: Equation):
+    """Numeric residual ``‖lhs - rhs‖ / scale`` with the scale from the sizes of the terms."""
+
+    def check(ctx):
+        import numpy as np
+
+        from .evaluate import evaluate
+
+        res = evaluate(eq.residual_expr, ctx.env, ctx.dims)
+        from .nodes import Structure
+
+        plain = Structure()  # scale from the terms as written, before structure cancels any
+        terms = algebra.expand(eq.lhs, plain) + algebra.expand(eq.rhs, plain)
+        scale = sum(_frob(evaluate(algebra._monomial(c, fs), ctx.env, ctx.dims)) for c, fs in terms)
+        return _frob(res), max(scale, np.finfo(float).tiny)
+
+    return check
+
+
+def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
+    def check(ctx):
+        import numpy as np
+
+        from .evaluate import evaluate
+
+        env = dict(ctx.env)
+        env.update(ctx.cotangents)
+        g_in = evaluate(gexpr, env, ctx.dims)
+        lhs = float(np.sum(g_in * ctx.env["d" + name]))
+        rhs = 0.0
+        parts = [abs(lhs)]
+        for out in d.outputs:
+            t = d.tangents[out.name].name
+            dval = evaluate(d.jvp.raw[t], ctx.env, ctx.dims)
+            v = float(np.sum(ctx.cotangents["g" + out.name] * dval))
+            rhs += v
+            parts.append(abs(v))
+        return abs(lhs - rhs), max(sum(parts), np.finfo(float).tiny)
+
+    return check
+
+
+def _dot_product_symbolic(d: Derivation, name: str, gexpr):
+    """``<g_in, d_in> - Σ <g_out, d_out>`` on explicit matrices: the transposition is an algebraic
+    identity that needs no property of the primal values beyond the declared structure."""
+
+    def symbolic(env):
+        lhs = (_explicit(gexpr, env).T * env["d" + name]).trace()
+        rhs = 0
+        for out in d.outputs:
+            t = d.tangents[out.name].name
+            rhs += (env["g" + out.name].T * _explicit(d.jvp.raw[t], env)).trace()
+        return sp.Matrix([[lhs - rhs]])
+
+    return symbolic
+
+
+def _same_value_symbolic(a, b):
+    def symbolic(env):
+        return _explicit(a, env) - _explicit(b, env)
+
+    return symbolic
+
+
+def _explicit(expr, env):
+    from .evaluate import SYMPY, evaluate
+
+    return evaluate(expr, env, env.get("__dims__", {}), arith=SYMPY)
+
+
+def _SYMPY_DIAG(m):
+    return sp.diag(*[m[i, i] for i in range(m.rows)])

@@ -1,0 +1,175 @@
+"""Matrix-expression nodes the derivations need beyond SymPy's own.
+
+SymPy 1.14 has ``MatrixSymbol``, ``MatMul``, ``MatAdd``, ``Transpose``, ``Inverse`` and
+``HadamardProduct``.  Matrix-decomposition calculus also needs:
+
+* ``DiagPart(X)``  -- ``I ∘ X``, the diagonal part of a square matrix;
+* ``Sym(X)``, ``Skew(X)`` -- ``(X ± X^T)/2``, kept as nodes so that rewrite rules can move them;
+* ``PairwiseMatrix`` -- a matrix whose entries are a scalar function of two entries of a diagonal
+  matrix, ``F_ij = f(d_i, d_j)`` (eigengaps, reciprocal gaps, divided differences).  Its scalar
+  formula is a SymPy expression produced by a derivation step, never typed in;
+* ``Structure`` -- what a derivation declares about a symbol (symmetric, diagonal, skew,
+  orthonormal columns); rewrite rules consult it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+from sympy import Basic
+from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
+
+__all__ = [
+    "DiagPart",
+    "Sym",
+    "Skew",
+    "PairwiseMatrix",
+    "PairwiseDef",
+    "Structure",
+    "DI",
+    "DJ",
+]
+
+#: the two scalar arguments of every pairwise formula ``f(d_i, d_j)``
+DI, DJ = sp.symbols("d_i d_j", real=True)
+
+
+class _UnaryMatrixNode(MatrixExpr):
+    """A matrix-valued function of one square matrix with the argument's shape."""
+
+    def __new__(cls, arg):
+        arg = sp.sympify(arg)
+        return Basic.__new__(cls, arg)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+    def doit(self, **hints):
+        arg = self.arg.doit(**hints) if hints.get("deep", True) else self.arg
+        return type(self)(arg)
+
+    def _sympystr(self, printer):
+        return f"{self._label}({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{{self._label}}}\left({printer._print(self.arg)}\right)"
+
+
+class DiagPart(_UnaryMatrixNode):
+    """``I ∘ X``: the diagonal part of ``X`` (off-diagonal entries zeroed)."""
+
+    _label = "diag"
+
+    def _eval_transpose(self):
+        return self
+
+
+class Sym(_UnaryMatrixNode):
+    """``sym(X) = (X + X^T)/2``."""
+
+    _label = "sym"
+
+    def _eval_transpose(self):
+        return self
+
+
+class Skew(_UnaryMatrixNode):
+    """``skew(X) = (X - X^T)/2``."""
+
+    _label = "skew"
+
+    def _eval_transpose(self):
+        return -self
+
+
+@dataclass(frozen=True)
+class PairwiseDef:
+    """Entry formula of a pairwise matrix ``F_ij = expr(d_i, d_j)`` for ``i != j``.
+
+    Attributes:
+        name: the matrix's name in formulas and generated code (``F``, ``E``).
+        diagonal_of: name of the diagonal matrix whose entries are ``d`` (``D``, ``S``).
+        expr: SymPy scalar expression in :data:`DI`, :data:`DJ`, produced by a derivation step.
+        diagonal_value: value of ``F_ii`` (a SymPy number).
+        origin: the derivation step that produced the formula (for reports and errors).
+        meaning: one line saying what the entries are (``reciprocal eigengaps``).
+    """
+
+    name: str
+    diagonal_of: str
+    expr: sp.Expr
+    diagonal_value: sp.Expr
+    origin: str
+    meaning: str
+
+    @property
+    def swapped(self) -> sp.Expr:
+        """``expr(d_j, d_i)``."""
+        return self.expr.xreplace({DI: DJ, DJ: DI})
+
+    @property
+    def is_antisymmetric(self) -> bool:
+        return sp.simplify(self.expr + self.swapped) == 0 and self.diagonal_value == 0
+
+    @property
+    def is_symmetric(self) -> bool:
+        return sp.simplify(self.expr - self.swapped) == 0
+
+
+class PairwiseMatrix(MatrixSymbol):
+    """A square matrix whose entries follow a :class:`PairwiseDef`.
+
+    It behaves as a ``MatrixSymbol`` in expressions; its definition is kept in a registry keyed by
+    name so that SymPy's tree rebuilding (which only passes ``args``) keeps working.
+    """
+
+    _registry: dict[str, PairwiseDef] = {}
+
+    @classmethod
+    def define(cls, definition: PairwiseDef, n) -> "PairwiseMatrix":
+        cls._registry[definition.name] = definition
+        return cls(definition.name, n, n)
+
+    @property
+    def definition(self) -> PairwiseDef:
+        return self._registry[self.name]
+
+    def _eval_transpose(self):
+        d = self.definition
+        if d.is_symmetric:
+            return self
+        if d.is_antisymmetric:
+            return -self
+        return None
+
+
+@dataclass
+class Structure:
+    """Properties a derivation declares for its symbols, consulted by the rewrite rules."""
+
+    symmetric: set[str] = field(default_factory=set)
+    diagonal: set[str] = field(default_factory=set)
+    skew: set[str] = field(default_factory=set)
+    #: name -> name of the matrix M with ``X^T M X = I`` (``None`` for ``M = I``)
+    orthonormal: dict[str, str | None] = field(default_factory=dict)
+
+    def is_symmetric(self, name: str) -> bool:
+        return name in self.symmetric or name in self.diagonal
+
+    def describe(self, name: str) -> list[str]:
+        props = []
+        if name in self.diagonal:
+            props.append("diagonal")
+        elif name in self.symmetric:
+            props.append("symmetric")
+        if name in self.skew:
+            props.append("skew-symmetric")
+        if name in self.orthonormal:
+            m = self.orthonormal[name]
+            props.append("orthonormal columns" if m is None else f"{m}-orthonormal columns")
+        return props
