@@ -17,6 +17,7 @@ n = d.dim("n")
 A = d.input("A", n, n, symmetric=True)
 U = d.output("U", n, n, orthonormal=True, api="V")
 D = d.output("D", n, n, diagonal=True, api="w")
+d.api_outputs("w", "V")  # as torch.linalg.eigh
 dA, dU, dD = d.tangent(A), d.tangent(U), d.tangent(D)
 
 eig = d.identity("eigenvector equation", A * U, U * D)

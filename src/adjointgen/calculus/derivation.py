@@ -106,6 +106,7 @@ class Derivation:
         self.jvp: Rule | None = None
         self.vjp: Rule | None = None
         self.symmetric_inputs: set[str] = set()
+        self.api_output_order: list[str] | None = None
 
     # ------------------------------------------------------------------ declarations
     def dim(self, name: str) -> sp.Symbol:
@@ -139,6 +140,10 @@ class Derivation:
         self.api_names[name] = api or name
         self._tangent(s)
         return s
+
+    def api_outputs(self, *names: str):
+        """Order of the outputs in the generated API (``("w", "V")`` as ``torch.linalg.eigh``)."""
+        self.api_output_order = list(names)
 
     def tangent(self, sym: MatrixSymbol) -> MatrixSymbol:
         return self.tangents[sym.name]

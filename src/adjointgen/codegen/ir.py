@@ -1,0 +1,123 @@
+"""The rule IR: what the templates render.
+
+A derived rule becomes a :class:`RuleIR`: its parameters, its outputs and a topologically sorted
+expression DAG of :class:`Value` nodes in which every common sub-expression appears once (the
+lowering hash-conses structurally equal sub-trees) and names are canonical (``t0, t1, ...`` in
+order of first use), so that output is byte-for-byte deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+#: operations of the DAG and what they compute (the printers map each to backend syntax)
+OPS = {
+    "matmul": "matrix product a @ b",
+    "transpose": "transpose of the last two axes",
+    "add": "sum of the arguments (same kind)",
+    "scale": "scalar coefficient times a",
+    "add_diag": "matrix a plus the diagonal matrix with diagonal b",
+    "scale_rows": "diag(a) @ b, a a diagonal stored as a vector",
+    "scale_cols": "a @ diag(b), b a diagonal stored as a vector",
+    "diag_mul": "diag(a) @ diag(b) as vectors",
+    "diagonal": "the diagonal of a matrix, as a vector",
+    "skew": "(a - a^T)/2",
+    "sym": "(a + a^T)/2",
+    "pairwise_mul": "F(d) ∘ a for a pairwise matrix F of the vector d",
+    "pairwise_mul_skew": "F(d) ∘ skew(a), fused",
+    "pairwise_mul_sym": "F(d) ∘ sym(a), fused",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A rule argument: its name in generated code, the derivation symbol, and its storage kind
+    (``matrix``, or ``diag`` for a diagonal matrix stored as the vector of its diagonal)."""
+
+    name: str
+    symbol: str
+    kind: str
+    role: str  # "primal", "tangent", "cotangent"
+
+
+@dataclass(frozen=True)
+class Value:
+    """One node of the expression DAG: ``name = op(*args)``."""
+
+    name: str
+    op: str
+    args: tuple[str, ...]
+    kind: str
+    attrs: tuple[tuple[str, str], ...] = ()
+
+    def attr(self, key: str) -> str:
+        return dict(self.attrs)[key]
+
+
+@dataclass(frozen=True)
+class PairwiseFn:
+    """A pairwise matrix ``F_ij = f(d_i, d_j)`` (``i != j``), ``F_ii = diagonal``.
+
+    ``numerator``/``denominator`` split ``f`` so that code can guard the diagonal (and degenerate
+    pairs) without producing ``inf``; ``origin`` names the derivation step that produced it.
+    """
+
+    name: str  # function name in generated code, e.g. "eigh_F"
+    symbol: str  # "F"
+    vector: str  # parameter holding d, e.g. "w"
+    expr: sp.Expr
+    numerator: sp.Expr
+    denominator: sp.Expr
+    diagonal: sp.Expr
+    antisymmetric: bool
+    origin: str
+
+
+@dataclass(frozen=True)
+class RuleIR:
+    """A JVP or VJP rule ready for rendering."""
+
+    name: str  # "eigh_jvp"
+    kind: str  # "jvp" or "vjp"
+    params: tuple[Param, ...]
+    outputs: tuple[tuple[str, str, str], ...]  # (name in code, value name, kind)
+    values: tuple[Value, ...]
+    formulas: tuple[tuple[str, str], ...]  # (output, formula as derived) for comments
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for v in self.values:
+            counts[v.op] = counts.get(v.op, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @property
+    def kernels(self) -> tuple[Value, ...]:
+        return tuple(v for v in self.values if v.op.startswith("pairwise"))
+
+
+@dataclass(frozen=True)
+class OperationIR:
+    """Everything the templates need for one operation."""
+
+    name: str
+    title: str
+    derivation: str  # path relative to the project root
+    references: tuple[str, ...]
+    primal_inputs: tuple[Param, ...]
+    primal_outputs: tuple[Param, ...]  # in API order
+    symmetric_inputs: tuple[str, ...]
+    jvp: RuleIR
+    vjp: RuleIR
+    pairwise: tuple[PairwiseFn, ...]
+
+    @property
+    def kernel_variants(self) -> tuple[tuple[str, str], ...]:
+        """(pairwise function name, fused part) for every fused elementwise kernel used."""
+        seen = set()
+        for rule in (self.jvp, self.vjp):
+            for v in rule.kernels:
+                part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
+                seen.add((v.attr("fn"), part))
+        return tuple(sorted(seen))

@@ -1,0 +1,282 @@
+"""Lower a derived rule (SymPy matrix expressions) to the rule IR.
+
+Common sub-expressions are eliminated by hash-consing: structurally equal sub-trees map to one
+:class:`~adjointgen.codegen.ir.Value`.  Matrix chains are ordered by the classic dynamic program
+on representative sizes of the dimension symbols, so ``A (U X)`` is preferred to ``(A U) X``
+when ``U`` is tall.
+"""
+from __future__ import annotations
+
+import os
+
+import sympy as sp
+from sympy.matrices.expressions import (
+    HadamardProduct,
+    Identity,
+    MatAdd,
+    MatMul,
+    MatrixSymbol,
+    Transpose,
+)
+
+from sympy.printing.str import StrPrinter
+
+from ..calculus.derivation import Derivation
+from ..calculus.nodes import DI, DJ, DiagPart, PairwiseMatrix, Skew, Sym
+from .ir import OperationIR, PairwiseFn, Param, RuleIR, Value
+
+#: sizes used only to choose the order of matrix chains
+REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
+
+
+class LoweringError(Exception):
+    pass
+
+
+class _Builder:
+    def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str]):
+        self.params = params  # symbol name -> Param
+        self.pairwise_names = pairwise_names  # pairwise symbol -> function name
+        self.vector_of = vector_of  # pairwise symbol -> param name of its diagonal vector
+        self.values: list[Value] = []
+        self.by_key: dict[tuple, str] = {}
+
+    def emit(self, op, args, kind, attrs=()):
+        key = (op, tuple(args), kind, tuple(attrs))
+        if key in self.by_key:
+            return self.by_key[key]
+        name = f"t{len(self.values)}"
+        self.values.append(Value(name, op, tuple(args), kind, tuple(attrs)))
+        self.by_key[key] = name
+        return name
+
+    def kind(self, name):
+        for p in self.params.values():
+            if p.name == name:
+                return p.kind
+        for v in self.values:
+            if v.name == name:
+                return v.kind
+        raise KeyError(name)
+
+    # -------------------------------------------------------------- expression -> value name
+    def lower(self, e) -> str:
+        if isinstance(e, PairwiseMatrix):
+            raise LoweringError(f"pairwise matrix {e.name} must appear inside a Hadamard product")
+        if isinstance(e, MatrixSymbol):
+            if e.name not in self.params:
+                raise LoweringError(f"symbol {e.name} is not a parameter of the rule")
+            return self.params[e.name].name
+        if isinstance(e, MatAdd):
+            return self.add([self.lower(a) for a in e.args])
+        if isinstance(e, MatMul):
+            c, mats = e.as_coeff_matrices()
+            mats = [m for m in mats if not isinstance(m, Identity)]
+            out = self.chain(mats)
+            if c != 1:
+                out = self.emit("scale", [out], self.kind(out), [("coeff", sp.sstr(c))])
+            return out
+        if isinstance(e, Transpose):
+            inner = self.lower(e.arg)
+            if self.kind(inner) == "diag":
+                return inner
+            return self.emit("transpose", [inner], "matrix")
+        if isinstance(e, HadamardProduct):
+            pw = [a for a in e.args if isinstance(a, PairwiseMatrix)]
+            other = [a for a in e.args if not isinstance(a, PairwiseMatrix)]
+            if len(pw) != 1 or len(other) != 1:
+                raise LoweringError(f"unsupported Hadamard product {e}")
+            fn = self.pairwise_names[pw[0].name]
+            vec = self.vector_of[pw[0].name]
+            x = other[0]
+            if isinstance(x, Skew):
+                return self.emit("pairwise_mul_skew", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
+            if isinstance(x, Sym):
+                return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
+            return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", [("fn", fn)])
+        if isinstance(e, DiagPart):
+            inner = self.lower(e.arg)
+            return inner if self.kind(inner) == "diag" else self.emit("diagonal", [inner], "diag")
+        if isinstance(e, Skew):
+            return self.emit("skew", [self.lower(e.arg)], "matrix")
+        if isinstance(e, Sym):
+            inner = self.lower(e.arg)
+            return inner if self.kind(inner) == "diag" else self.emit("sym", [inner], "matrix")
+        raise LoweringError(f"cannot lower {type(e).__name__}: {e}")
+
+    def add(self, names):
+        mats = sorted(n for n in names if self.kind(n) == "matrix")
+        diags = sorted(n for n in names if self.kind(n) == "diag")
+        out = None
+        if mats:
+            out = mats[0] if len(mats) == 1 else self.emit("add", mats, "matrix")
+        if diags:
+            d = diags[0] if len(diags) == 1 else self.emit("add", diags, "diag")
+            out = d if out is None else self.emit("add_diag", [out, d], "matrix")
+        return out
+
+    def mul2(self, a, b):
+        ka, kb = self.kind(a), self.kind(b)
+        if ka == "diag" and kb == "diag":
+            return self.emit("diag_mul", [a, b], "diag")
+        if ka == "diag":
+            return self.emit("scale_rows", [a, b], "matrix")
+        if kb == "diag":
+            return self.emit("scale_cols", [a, b], "matrix")
+        return self.emit("matmul", [a, b], "matrix")
+
+    def chain(self, mats):
+        names = [self.lower(m) for m in mats]
+        if len(names) == 1:
+            return names[0]
+        sizes = [_size(m.shape[0]) for m in mats] + [_size(mats[-1].shape[1])]
+        kinds = [self.kind(n) for n in names]
+        n = len(names)
+        cost = [[0.0] * n for _ in range(n)]
+        split = [[0] * n for _ in range(n)]
+        for length in range(2, n + 1):
+            for i in range(n - length + 1):
+                j = i + length - 1
+                best = None
+                for k in range(i, j):
+                    # a diagonal factor costs an elementwise scaling, not a product
+                    c = cost[i][k] + cost[k + 1][j]
+                    left_diag = i == k and kinds[i] == "diag"
+                    right_diag = k + 1 == j and kinds[j] == "diag"
+                    c += sizes[i] * sizes[j + 1] if (left_diag or right_diag) else sizes[i] * sizes[k + 1] * sizes[j + 1]
+                    if best is None or c < best[0]:
+                        best = (c, k)
+                cost[i][j], split[i][j] = best
+
+        def build(i, j):
+            if i == j:
+                return names[i]
+            k = split[i][j]
+            return self.mul2(build(i, k), build(k + 1, j))
+
+        return build(0, n - 1)
+
+
+class _FormulaPrinter(StrPrinter):
+    """Formulas for comments and docstrings: ``∘`` for Hadamard products, ``^T`` for transposes,
+    symbols renamed to their names in generated code."""
+
+    def __init__(self, rename):
+        super().__init__()
+        self.rename = rename
+
+    def _print_MatrixSymbol(self, expr):
+        return self.rename.get(expr.name, expr.name)
+
+    def _print_PairwiseMatrix(self, expr):
+        return expr.name
+
+    def _print_HadamardProduct(self, expr):
+        return " ∘ ".join(self.parenthesize(a, 50) for a in expr.args)
+
+    def _print_Transpose(self, expr):
+        inner = self._print(expr.arg)
+        return (inner if isinstance(expr.arg, MatrixSymbol) else f"({inner})") + "^T"
+
+    def _print_MatMul(self, expr):
+        c, mats = expr.as_coeff_matrices()
+        parts = [f"({self._print(m)})" if isinstance(m, (MatAdd, HadamardProduct)) else self._print(m) for m in mats]
+        text = " ".join(parts)
+        if c == -1:
+            return "-" + text
+        return text if c == 1 else f"{self._print(c)} {text}"
+
+
+def formula(expr, rename) -> str:
+    return _FormulaPrinter(rename).doprint(expr)
+
+
+def _size(dim) -> int:
+    dim = sp.sympify(dim)
+    return int(dim.xreplace({s: REPRESENTATIVE_SIZES.get(s.name, 100) for s in dim.free_symbols}))
+
+
+def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
+    pdef = d.pairwise[name]
+    expr = sp.simplify(pdef.expr)
+    num, den = sp.fraction(sp.together(expr))
+    return PairwiseFn(
+        name=f"{d.name}_{name}",
+        symbol=name,
+        vector=api[pdef.diagonal_of],
+        expr=expr,
+        numerator=num,
+        denominator=den,
+        diagonal=pdef.diagonal_value,
+        antisymmetric=pdef.is_antisymmetric,
+        origin=pdef.origin,
+    )
+
+
+def lower_derivation(d: Derivation, root: str) -> OperationIR:
+    """Build the :class:`OperationIR` of an audited derivation."""
+    if d.jvp is None or d.vjp is None:
+        raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
+    api = dict(d.api_names)
+    for s in d.inputs:
+        api.setdefault(s.name, s.name)
+
+    def kind(sym_name):
+        return "diag" if sym_name in d.structure.diagonal else "matrix"
+
+    primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
+    used_pairwise = sorted({p.name for rule in (d.jvp.code, d.vjp.code) for e in rule.values()
+                            for p in e.atoms(PairwiseMatrix)})
+    pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
+    pw_names = {p.symbol: p.name for p in pairwise}
+    vector_of = {p.symbol: p.vector for p in pairwise}
+
+    def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict):
+        b = _Builder(params, pw_names, vector_of)
+        rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
+        outs = []
+        for key in sorted(exprs, key=lambda k: list(out_names).index(k)):
+            v = b.lower(exprs[key])
+            outs.append((out_names[key], v, b.kind(v)))
+        return RuleIR(
+            name=f"{d.name}_{kind_}",
+            kind=kind_,
+            params=tuple(params.values()),
+            outputs=tuple(outs),
+            values=tuple(b.values),
+            formulas=tuple((out_names[k], formula(formulas[k], rename)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
+        )
+
+    output_order = [s for s in d.outputs]
+    api_order = getattr(d, "api_output_order", None) or [api[s.name] for s in output_order]
+    outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
+    # JVP: primal outputs and inputs, input tangents -> output tangents
+    jvp_params = {}
+    for s in outputs_sorted:
+        jvp_params[s.name] = primal[s.name]
+    for s in d.inputs:
+        t = d.tangents[s.name]
+        jvp_params[t.name] = Param("d" + api[s.name], t.name, kind(s.name), "tangent")
+    jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted}
+    jvp = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw)
+    # VJP: primal outputs, output cotangents -> input cotangents
+    vjp_params = {}
+    for s in outputs_sorted:
+        vjp_params[s.name] = primal[s.name]
+    for s in outputs_sorted:
+        g = d.cotangents[s.name]
+        vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
+    vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
+    vjp = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw)
+    return OperationIR(
+        name=d.name,
+        title=d.title,
+        derivation=os.path.relpath(d.path, root),
+        references=tuple(d.references),
+        primal_inputs=tuple(primal[s.name] for s in d.inputs),
+        primal_outputs=tuple(primal[s.name] for s in outputs_sorted),
+        symmetric_inputs=tuple(sorted(api[n] for n in d.symmetric_inputs)),
+        jvp=jvp,
+        vjp=vjp,
+        pairwise=pairwise,
+    )

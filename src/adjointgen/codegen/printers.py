@@ -1,0 +1,106 @@
+"""Printers: each backend's syntax for the IR operations, as data.
+
+A printer turns one :class:`~adjointgen.codegen.ir.Value` into an expression string by looking up
+its operation in a table of format strings (``{0}``, ``{1}`` are the arguments; ``{fn}``,
+``{coeff}`` come from the node's attributes).  Scalar formulas of pairwise matrices are printed
+with SymPy's own code printers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+from sympy.printing.c import C99CodePrinter
+from sympy.printing.pycode import PythonCodePrinter
+
+from ..calculus.nodes import DI, DJ
+from .ir import RuleIR, Value
+
+
+@dataclass(frozen=True)
+class ArrayPrinter:
+    """Format strings for every IR operation of one array backend."""
+
+    name: str
+    table: dict
+
+    def value(self, v: Value) -> str:
+        if v.op not in self.table:
+            raise KeyError(f"printer '{self.name}' has no entry for operation '{v.op}'")
+        fmt = self.table[v.op]
+        if v.op == "add":
+            return " + ".join(v.args)
+        return fmt.format(*v.args, **dict(v.attrs))
+
+    def lines(self, rule: RuleIR) -> list[tuple[str, str]]:
+        """``(name, expression)`` for every value of the rule, in order."""
+        return [(v.name, self.value(v)) for v in rule.values]
+
+
+TORCH = ArrayPrinter(
+    "torch",
+    {
+        "matmul": "{0} @ {1}",
+        "transpose": "{0}.mT",
+        "add": None,
+        "scale": "{coeff} * {0}",
+        "add_diag": "{0} + torch.diag_embed({1})",
+        "scale_rows": "{0}.unsqueeze(-1) * {1}",
+        "scale_cols": "{0} * {1}.unsqueeze(-2)",
+        "diag_mul": "{0} * {1}",
+        "diagonal": "{0}.diagonal(dim1=-2, dim2=-1)",
+        "skew": "0.5 * ({0} - {0}.mT)",
+        "sym": "0.5 * ({0} + {0}.mT)",
+        "pairwise_mul": "{fn}({0}) * {1}",
+        "pairwise_mul_skew": "{fn}({0}) * (0.5 * ({1} - {1}.mT))",
+        "pairwise_mul_sym": "{fn}({0}) * (0.5 * ({1} + {1}.mT))",
+    },
+)
+
+XP = ArrayPrinter(
+    "xp",
+    {
+        "matmul": "xp.matmul({0}, {1})",
+        "transpose": "xp.swapaxes({0}, -1, -2)",
+        "add": None,
+        "scale": "{coeff} * {0}",
+        "add_diag": "_add_diag(xp, {0}, {1})",
+        "scale_rows": "{0}[..., :, None] * {1}",
+        "scale_cols": "{0} * {1}[..., None, :]",
+        "diag_mul": "{0} * {1}",
+        "diagonal": "xp.diagonal({0}, axis1=-2, axis2=-1).copy()",
+        "skew": "0.5 * ({0} - xp.swapaxes({0}, -1, -2))",
+        "sym": "0.5 * ({0} + xp.swapaxes({0}, -1, -2))",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none')",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew')",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym')",
+    },
+)
+
+PRINTERS = {"torch": TORCH, "xp": XP}
+
+
+class _ScalarPython(PythonCodePrinter):
+    """Python scalar printer for array operands (no ``math.`` prefix needed for +-*/)."""
+
+    def _print_Symbol(self, expr):
+        return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
+
+
+class _ScalarC(C99CodePrinter):
+    def _print_Symbol(self, expr):
+        return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
+
+    def _print_Integer(self, expr):
+        return f"T({int(expr)})"
+
+    def _print_Rational(self, expr):
+        return f"(T({expr.p}) / T({expr.q}))"
+
+
+def scalar_python(expr: sp.Expr) -> str:
+    return _ScalarPython({"strict": True}).doprint(expr)
+
+
+def scalar_c(expr: sp.Expr) -> str:
+    return _ScalarC({"strict": True}).doprint(expr)
