@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from .audit import AuditError
+from .calculus.algebra import DerivationError
 from .codegen import generate as gen
 
 
@@ -22,6 +23,9 @@ def cmd_generate(args) -> int:
         files = gen.render(root, args.names)
     except AuditError as exc:
         print(exc.report.to_text(), file=sys.stderr)
+        print(f"error: {exc}\nnothing was written.", file=sys.stderr)
+        return 1
+    except DerivationError as exc:
         print(f"error: {exc}\nnothing was written.", file=sys.stderr)
         return 1
     if args.check:
@@ -44,7 +48,12 @@ def cmd_audit(args) -> int:
     names = args.names or gen.derivation_names(root)
     ok = True
     for name in names:
-        a = gen.audit_one(root, name, symbolic=not args.numeric_only)
+        try:
+            a = gen.audit_one(root, name, symbolic=not args.numeric_only)
+        except DerivationError as exc:
+            print(f"{name}: error: {exc}")
+            ok = False
+            continue
         print(a.report.to_text())
         if a.report.passed:
             for rule in (a.derivation.jvp, a.derivation.vjp):

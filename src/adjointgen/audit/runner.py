@@ -161,8 +161,9 @@ def _is_zero_matrix(m) -> bool:
 def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict)."""
     if d.sampler is None:
-        raise ValueError(f"{d.path}: derivation '{d.name}' registers no instance sampler")
-    contexts = list(_instances(d, seed))
+        raise ValueError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
+                         "(call d.instances(...) before the first step)")
+    contexts = list(_instances(d, seed)) if d.sampler is not None else []
     sym_env = _symbolic_env(d) if symbolic else None
     results = []
     for step in d.steps:
@@ -177,7 +178,9 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
                     r = float("inf")
                     step.note = f"{step.note} (evaluation error: {exc})".strip()
                 residual = max(residual, r) if np.isfinite(r) else float("inf")
-        if step.symbolic is None or not symbolic:
+        if step.kind == "error":
+            sym = f"FAILED: {step.note}"
+        elif step.symbolic is None or not symbolic:
             sym = "not applicable (rests on an identity of the decomposition)" if step.symbolic is None else "skipped"
         else:
             try:

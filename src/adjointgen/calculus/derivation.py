@@ -86,6 +86,9 @@ class Rule:
 class Derivation:
     """Symbols, identities and named steps of one operation's derivation."""
 
+    #: every Derivation constructed, so a loader can recover a derivation whose script stopped
+    created: list["Derivation"] = []
+
     def __init__(self, name: str, path: str, *, title: str, references: tuple[str, ...] = ()):
         self.name = name
         self.path = os.path.abspath(path)
@@ -107,6 +110,8 @@ class Derivation:
         self.vjp: Rule | None = None
         self.symmetric_inputs: set[str] = set()
         self.api_output_order: list[str] | None = None
+        self.error: str | None = None
+        Derivation.created.append(self)
 
     # ------------------------------------------------------------------ declarations
     def dim(self, name: str) -> sp.Symbol:
@@ -179,7 +184,10 @@ class Derivation:
         return Equation(self._norm(lhs), self._norm(rhs))
 
     def _fail(self, label, message):
-        raise DerivationError(f"{self.path}: step '{label}': {message}")
+        """Record the failed step (so the audit can show everything up to it) and stop."""
+        self.error = f"{self.path}: step '{label}': {message}"
+        self._record("error", label, None, note=message)
+        raise DerivationError(self.error)
 
     def _tangent_of(self, X):
         return self.tangents.get(X.name)

@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from ..audit import AuditError, AuditReport, audit
+from ..calculus.algebra import DerivationError
 from ..calculus.derivation import Derivation
 from .ir import OperationIR
 from .lower import lower_derivation
@@ -60,16 +61,29 @@ def derivation_names(root: Path) -> list[str]:
     return sorted(p.stem for p in (root / "derivations").glob("*.py") if not p.stem.startswith("_"))
 
 
-def load_derivation(root: Path, name: str) -> Derivation:
-    """Run ``derivations/<name>.py`` and return its :class:`Derivation` (module variable ``d``)."""
+def load_derivation(root: Path, name: str, *, partial: bool = False) -> Derivation:
+    """Run ``derivations/<name>.py`` and return its :class:`Derivation`.
+
+    With ``partial``, a script stopped by a :class:`DerivationError` still returns the derivation
+    with the steps recorded so far (the failed one last, ``d.error`` set) for the audit to report.
+    """
     path = root / "derivations" / f"{name}.py"
     if not path.is_file():
         raise ProjectError(f"no derivation file {path} (known: {', '.join(derivation_names(root))})")
-    return load_derivation_file(path)
+    return load_derivation_file(path, partial=partial)
 
 
-def load_derivation_file(path: Path) -> Derivation:
-    ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
+def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
+    start = len(Derivation.created)
+    try:
+        ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
+    except DerivationError:
+        mine = [d for d in Derivation.created[start:] if d.path == str(Path(path).resolve())]
+        if partial and mine:
+            return mine[-1]
+        raise
+    finally:
+        del Derivation.created[start:]
     found = [v for v in ns.values() if isinstance(v, Derivation)]
     if len(found) != 1:
         raise ProjectError(f"{path} must define exactly one Derivation (found {len(found)})")
@@ -117,9 +131,9 @@ class Audited:
 
 
 def audit_one(root: Path, name: str, *, symbolic: bool = True) -> Audited:
-    d = load_derivation(root, name)
+    d = load_derivation(root, name, partial=True)
     report = audit(d, symbolic=symbolic)
-    op = lower_derivation(d, str(root)) if report.passed else None
+    op = lower_derivation(d, str(root)) if report.passed and d.error is None else None
     return Audited(d, report, op)
 
 

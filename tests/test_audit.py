@@ -1,0 +1,71 @@
+"""Stage 2: every derivation passes its audit; a corrupted step fails, naming file and step."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from adjointgen.audit import AuditError, audit
+from adjointgen.codegen import generate as gen
+
+
+@pytest.mark.parametrize("name", gen.derivation_names(gen.find_root(__file__)))
+def test_every_derivation_passes_its_audit(root, name):
+    d = gen.load_derivation(root, name)
+    report = audit(d)
+    assert report.passed, report.to_text()
+    # the audit really measured something: JVP steps against finite differences
+    jvp_steps = [s for s in report.steps if s.kind == "jvp"]
+    assert jvp_steps and all(s.residual is not None and s.residual < 1e-7 for s in jvp_steps)
+    assert any(s.symbolic == "verified" for s in report.steps)
+
+
+def _copy_project(root, tmp_path):
+    for sub in ("derivations", "templates", "generated"):
+        shutil.copytree(root / sub, tmp_path / sub)
+    return tmp_path
+
+
+def test_corrupted_step_fails_audit_and_generate_writes_nothing(root, tmp_path):
+    proj = _copy_project(root, tmp_path)
+    path = proj / "derivations" / "eigh.py"
+    src = path.read_text()
+    good = 'left_eig = d.transpose(eig, "transpose, with A and D symmetric: U^T A = D U^T")'
+    assert good in src
+    # a plausible slip: U^T A = U^T D instead of D U^T
+    path.write_text(src.replace(good, 'left_eig = d.identity("left eigenvector identity (corrupted)", U.T * A, U.T * D)'))
+    d = gen.load_derivation_file(path, partial=True)
+    report = audit(d)
+    assert not report.passed
+    first = report.first_failure()
+    assert first.label == "left eigenvector identity (corrupted)"
+    assert first.residual > 1e-3
+    with pytest.raises(AuditError) as err:
+        gen.render(proj, ["eigh"])
+    assert "left eigenvector identity (corrupted)" in str(err.value)
+    assert str(path) in str(err.value)
+    # the CLI exits non-zero and writes nothing
+    for f in (proj / "generated").rglob("*"):
+        if f.is_file():
+            f.write_text("sentinel")
+    before = {f: f.read_text() for f in (proj / "generated").rglob("*") if f.is_file()}
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(proj), "generate"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "corrupted" in r.stderr and "nothing was written" in r.stderr
+    after = {f: f.read_text() for f in (proj / "generated").rglob("*") if f.is_file()}
+    assert before == after
+
+
+def test_corrupted_solution_step_is_caught_numerically(root, tmp_path):
+    """A wrong replacement in a later step (dU = U^T dC instead of U dC) fails at that step."""
+    proj = _copy_project(root, tmp_path)
+    path = proj / "derivations" / "eigh.py"
+    src = path.read_text()
+    good = 'back = d.left_multiply(d.identity("definition of dC", dC, U.T * dU), U, "left-multiply dC = U^T dU by U")'
+    assert good in src
+    path.write_text(src.replace(good, good.replace("), U, ", "), U.T, ").replace("left-multiply dC = U^T dU by U", "corrupted multiply")))
+    from adjointgen.calculus import DerivationError
+
+    with pytest.raises(DerivationError, match="substitute U U\\^T = I"):
+        gen.load_derivation_file(path)
