@@ -23,6 +23,9 @@ class ArrayPrinter:
 
     name: str
     table: dict
+    #: statement forms that update a single-use temporary argument in place: ``{out}`` is the
+    #: value's name; used only when the first argument is a temporary nothing else reads
+    inplace: dict = None
 
     def value(self, v: Value) -> str:
         if v.op not in self.table:
@@ -33,8 +36,24 @@ class ArrayPrinter:
         return fmt.format(*v.args, **dict(v.attrs))
 
     def lines(self, rule: RuleIR) -> list[tuple[str, str]]:
-        """``(name, expression)`` for every value of the rule, in order."""
-        return [(v.name, self.value(v)) for v in rule.values]
+        """``(name, expression)`` for every value of the rule, in order (``name`` is ``None`` for
+        an in-place statement followed by an alias)."""
+        uses: dict[str, int] = {}
+        for v in rule.values:
+            for a in v.args:
+                uses[a] = uses.get(a, 0) + 1
+        for _, name, _ in rule.outputs:
+            uses[name] = uses.get(name, 0) + 1
+        temps = {v.name for v in rule.values}
+        out = []
+        for v in rule.values:
+            inplace = (self.inplace or {}).get(v.op)
+            if inplace and v.args and v.args[0] in temps and uses.get(v.args[0], 0) == 1:
+                out.append((None, inplace.format(*v.args, **dict(v.attrs))))
+                out.append((v.name, v.args[0]))
+            else:
+                out.append((v.name, self.value(v)))
+        return out
 
 
 TORCH = ArrayPrinter(
@@ -52,8 +71,11 @@ TORCH = ArrayPrinter(
         "skew": "0.5 * ({0} - {0}.mT)",
         "sym": "0.5 * ({0} + {0}.mT)",
         "pairwise_mul": "{fn}({0}) * {1}",
-        "pairwise_mul_skew": "{fn}({0}) * (0.5 * ({1} - {1}.mT))",
-        "pairwise_mul_sym": "{fn}({0}) * (0.5 * ({1} + {1}.mT))",
+        "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mT)",
+        "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mT)",
+    },
+    inplace={
+        "add_diag": "{0}.diagonal(dim1=-2, dim2=-1).add_({1})",
     },
 )
 
@@ -74,6 +96,9 @@ XP = ArrayPrinter(
         "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none')",
         "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew')",
         "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym')",
+    },
+    inplace={
+        "add_diag": "xp.einsum('...ii->...i', {0})[...] += {1}",
     },
 )
 
