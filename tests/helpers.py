@@ -20,4 +20,21 @@ def gauge_invariant_eigh_loss(w, V, weights):
 
 
 def rel(a, b):
+    a, b = a.detach(), b.detach()
     return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def spd(n, cond, *, dtype=torch.float64, seed=0, batch=()):
+    """Random SPD matrix with the given condition number (log-spaced spectrum)."""
+    g = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(*batch, n, n, dtype=torch.float64, generator=g))
+    s = torch.logspace(0, float(torch.log10(torch.tensor(cond))), n, dtype=torch.float64)
+    return sym((Q * s) @ Q.mT).to(dtype)
+
+
+def reference_generalized_eigh(A, B):
+    """Dense reference: Cholesky reduction and torch.linalg.eigh, differentiated by autograd."""
+    L = torch.linalg.cholesky(B)
+    C = torch.linalg.solve_triangular(L, torch.linalg.solve_triangular(L, A, upper=False).mT, upper=False)
+    w, Y = torch.linalg.eigh(sym(C))
+    return w, torch.linalg.solve_triangular(L.mT, Y, upper=True)

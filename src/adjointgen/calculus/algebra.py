@@ -87,8 +87,24 @@ def _product(term_lists: list[list[Term]]) -> list[Term]:
             factors.extend(fs)
         if len(factors) > 1:
             factors = [f for f in factors if not isinstance(f, Identity)] or [factors[0]]
-        out.append((coeff, tuple(factors)))
+        out.append((coeff, _cancel_inverses(tuple(factors))))
     return out
+
+
+def _cancel_inverses(factors: tuple) -> tuple:
+    """``M M^-1 = M^-1 M = I`` for adjacent factors."""
+    out: list = []
+    for f in factors:
+        if out and (
+            (isinstance(f, Inverse) and f.arg == out[-1])
+            or (isinstance(out[-1], Inverse) and out[-1].arg == f)
+        ):
+            removed = out.pop()
+            if not out and f is factors[-1]:
+                return (Identity(removed.shape[0]),)
+            continue
+        out.append(f)
+    return tuple(out) if out else (Identity(factors[0].shape[0]),)
 
 
 def collect(terms: Iterable[Term]) -> list[Term]:
@@ -112,6 +128,9 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
     for c, fs in inner_terms:
         inner = _monomial(sp.Integer(1), fs)
         if node_type is DiagPart:
+            if len(fs) == 1 and isinstance(fs[0], Transpose):
+                fs = (fs[0].arg,)  # diag(X^T) = diag(X)
+                inner = fs[0]
             if len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
                 if fs[0].name in structure.diagonal:
                     out.append((c, fs))

@@ -150,6 +150,11 @@ class Derivation:
         """Order of the outputs in the generated API (``("w", "V")`` as ``torch.linalg.eigh``)."""
         self.api_output_order = list(names)
 
+    @staticmethod
+    def diag(X):
+        """``diag(X)``, the atom for steps that solve for a diagonal part."""
+        return DiagPart(X)
+
     def tangent(self, sym: MatrixSymbol) -> MatrixSymbol:
         return self.tangents[sym.name]
 
@@ -348,14 +353,15 @@ class Derivation:
         self._record("diagonal_part", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
-    def solve_for(self, eq: Equation, unknown: MatrixSymbol, label=None) -> Equation:
-        """Solve a linear equation in which ``unknown`` appears as one bare term."""
-        label = label or f"solve for {unknown.name}"
+    def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
+        """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
+        ``diag(dC)``) appears as one bare term and nowhere else."""
+        label = label or f"solve for {unknown}"
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if fs == (unknown,)]
         others = [(c, fs) for c, fs in res if fs != (unknown,)]
-        if len(mine) != 1 or any(unknown.name in algebra.free_names(f) for _, fs in others for f in fs):
-            self._fail(label, f"{unknown.name} does not appear as a single bare term in {eq}")
+        if len(mine) != 1 or any(f == unknown for _, fs in others for f in fs):
+            self._fail(label, f"{unknown} does not appear as a single bare term in {eq}")
         c = mine[0][0]
         sol = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
         new = Equation(unknown, sol)
@@ -367,12 +373,18 @@ class Derivation:
         return new
 
     def solve_offdiagonal(self, eq: Equation, unknown: MatrixSymbol, gaps: PairwiseMatrix,
-                          name: str, label=None) -> tuple[Equation, PairwiseMatrix]:
-        """Solve ``c E ∘ X + R = 0`` (plus diagonal terms) for a skew ``X``: ``X = F ∘ R`` with
-        ``F_ij = -1/(c E_ij)`` off the diagonal, ``F_ii = 0``."""
+                          name: str, *, diagonal: Equation | None = None,
+                          label=None) -> tuple[Equation, PairwiseMatrix]:
+        """Solve ``c E ∘ X + R = 0`` (plus diagonal terms) off the diagonal:
+        ``X = F ∘ R + diag(X)`` with ``F_ij = -1/(c E_ij)`` off the diagonal, ``F_ii = 0``.
+
+        ``diag(X)`` is zero for a skew ``X``; otherwise ``diagonal`` gives it
+        (an equation ``diag(X) = ...``)."""
         label = label or f"solve off the diagonal for {unknown.name}"
-        if unknown.name not in self.structure.skew:
-            self._fail(label, f"{unknown.name} must be skew-symmetric (zero diagonal)")
+        if unknown.name not in self.structure.skew and diagonal is None:
+            self._fail(label, f"{unknown.name} is not skew-symmetric: give its diagonal")
+        if diagonal is not None and diagonal.lhs != DiagPart(unknown):
+            self._fail(label, f"{diagonal} does not give diag({unknown.name})")
         res = expand(eq.lhs - eq.rhs, self.structure)
         had = [(c, fs) for c, fs in res if len(fs) == 1 and isinstance(fs[0], HadamardProduct)
                and gaps in fs[0].args and unknown in fs[0].args]
@@ -397,11 +409,15 @@ class Derivation:
         F = PairwiseMatrix.define(definition, unknown.shape[0])
         self.pairwise[name] = definition
         R = algebra.build(rest, unknown.shape)
-        new = Equation(unknown, self._norm(HadamardProduct(F, R)))
+        sol = HadamardProduct(F, R) if diagonal is None else HadamardProduct(F, R) + diagonal.rhs
+        new = Equation(unknown, self._norm(sol))
 
         def symbolic(env, old=eq, new=new):
             Fm = _explicit(F, env)
-            return -Fm.multiply_elementwise(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
+            expected = -Fm.multiply_elementwise(_explicit(old.residual_expr, env))
+            if diagonal is not None:  # X - F∘R - d = -F∘(old) + (diag(X) - d)
+                expected = expected + _explicit(diagonal.residual_expr, env)
+            return expected - _explicit(new.residual_expr, env)
 
         self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
                      note=f"{name}_ij = {expr}, {name}_ii = 0")
@@ -419,6 +435,18 @@ class Derivation:
 
         self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
+
+    def same(self, first: Equation, second: Equation, label=None) -> Equation:
+        """Two routes arrive at the same equation: their residuals are equal as expressions."""
+        label = label or "the two routes give the same equation"
+        a = expand(first.lhs - first.rhs, self.structure)
+        b = expand(second.lhs - second.rhs, self.structure)
+        if a != b and expand(first.lhs - first.rhs + second.lhs - second.rhs, self.structure):
+            self._fail(label, f"{first}  differs from  {second}")
+        eq = Equation(self._norm(first.lhs - first.rhs), self._norm(second.lhs - second.rhs))
+        self._record("same", label, eq, check=_equation_check(eq), symbolic=_same_value_symbolic(eq.lhs, eq.rhs),
+                     note="normal forms are identical")
+        return second
 
     # ------------------------------------------------------------------ rules
     def set_jvp(self, **solutions: Equation):
@@ -530,9 +558,13 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
         lhs = float(np.sum(g_in * ctx.env["d" + name]))
         rhs = 0.0
         parts = [abs(lhs)]
+        only = dict(ctx.env)  # the JVP along this input's tangent alone
+        for other in d.inputs:
+            if other.name != name:
+                only["d" + other.name] = np.zeros_like(ctx.env["d" + other.name])
         for out in d.outputs:
             t = d.tangents[out.name].name
-            dval = evaluate(d.jvp.raw[t], ctx.env, ctx.dims)
+            dval = evaluate(d.jvp.raw[t], only, ctx.dims)
             v = float(np.sum(ctx.cotangents["g" + out.name] * dval))
             rhs += v
             parts.append(abs(v))
@@ -548,9 +580,13 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
     def symbolic(env):
         lhs = (_explicit(gexpr, env).T * env["d" + name]).trace()
         rhs = 0
+        only = dict(env)
+        for other in d.inputs:
+            if other.name != name:
+                only["d" + other.name] = sp.zeros(*env["d" + other.name].shape)
         for out in d.outputs:
             t = d.tangents[out.name].name
-            rhs += (env["g" + out.name].T * _explicit(d.jvp.raw[t], env)).trace()
+            rhs += (env["g" + out.name].T * _explicit(d.jvp.raw[t], only)).trace()
         return sp.Matrix([[lhs - rhs]])
 
     return symbolic

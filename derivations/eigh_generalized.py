@@ -1,0 +1,99 @@
+"""Generalized symmetric-definite eigenproblem, full spectrum: ``A U = B U D``, ``U^T B U = I``.
+
+``A`` symmetric, ``B`` symmetric positive definite, ``D`` diagonal; eigenvalues returned as ``w``
+ascending, eigenvectors as ``V`` (B-orthonormal).  Two routes are derived and shown to meet:
+
+1. the B-inner product: differentiate ``A U = B U D`` and project with ``U^T``; ``dC = U^T B dU``
+   is no longer skew: ``dC + dC^T = -U^T dB U`` fixes its diagonal;
+2. the reduction ``C = B^-1 A``: differentiate ``B^-1 A U = U D``
+   (``d(B^-1 A) = B^-1 dA - B^-1 dB B^-1 A``) and project with ``U^T B``.
+
+References: pytorch/pytorch#38948 (the thread behind torch.lobpcg's backward); Giles, NA-08-01.
+"""
+import numpy as np
+import scipy.linalg
+
+from adjointgen.audit import fd_tangents
+from adjointgen.calculus import Derivation, Identity, Inverse
+
+
+# ---------------------------------------------------------------- numeric instances for the audit
+def forward(A, B):
+    w, V = scipy.linalg.eigh(A, B)
+    return {"U": V, "D": np.diag(w)}
+
+
+def align_signs(base, out):
+    signs = np.sign(np.sum(base["U"] * out["U"], axis=0))
+    return {"U": out["U"] * signs, "D": out["D"]}
+
+
+def sample(rng, n):
+    """Random symmetric A and SPD B (condition ~10) with well-separated generalized eigenvalues,
+    symmetric directions dA, dB, and output tangents by finite differences of scipy.linalg.eigh."""
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    B = (Q * rng.uniform(1, 10, n)) @ Q.T
+    B = (B + B.T) / 2
+    L = np.linalg.cholesky(B)
+    Q2, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    C = (Q2 * (np.sort(rng.uniform(-2, 2, n)) + np.arange(n))) @ Q2.T
+    A = L @ ((C + C.T) / 2) @ L.T
+    A = (A + A.T) / 2
+    dA, dB = rng.standard_normal((2, n, n))
+    dA, dB = (dA + dA.T) / 2, (dB + dB.T) / 2
+    base, tan = fd_tangents(forward, {"A": A, "B": B}, {"A": dA, "B": dB}, align=align_signs)
+    return {"A": A, "B": B, "dA": dA, "dB": dB, "U": base["U"], "D": base["D"],
+            "dU": tan["U"], "dD": tan["D"]}
+
+
+# ---------------------------------------------------------------- declarations
+d = Derivation("eigh_generalized", __file__,
+               title="generalized symmetric-definite eigendecomposition A U = B U D, U^T B U = I",
+               references=("pytorch/pytorch#38948", "Giles, NA-08-01 (2008)"))
+n = d.dim("n")
+A = d.input("A", n, n, symmetric=True)
+B = d.input("B", n, n, positive_definite=True)
+U = d.output("U", n, n, orthonormal="B", api="V")
+D = d.output("D", n, n, diagonal=True, api="w")
+d.api_outputs("w", "V")
+dA, dB, dU, dD = d.tangent(A), d.tangent(B), d.tangent(U), d.tangent(D)
+d.instances(sample, [{"n": 4}, {"n": 5}, {"n": 6}])
+
+eig = d.identity("generalized eigenvector equation", A * U, B * U * D)
+borth = d.identity("B-orthonormal columns", U.T * B * U, Identity(n))
+complete = d.identity("complete basis (U square): U U^T B = I", U * U.T * B, Identity(n))
+left_eig = d.transpose(eig, "transpose, with A, B, D symmetric: U^T A = D U^T B")
+
+# ---------------------------------------------------------------- route 1: the B-inner product
+s = d.differentiate(eig, "differentiate A U = B U D")
+s = d.left_multiply(s, U.T, "left-multiply by U^T")
+s = d.substitute(s, left_eig, "substitute U^T A = D U^T B")
+s = d.substitute(s, borth, "substitute U^T B U = I")
+dC = d.introduce("dC", U.T * B * dU)
+route1 = d.use_definition(s, dC)
+
+# ---------------------------------------------------------------- route 2: C = B^-1 A
+reduced = d.identity("reduced eigenvector equation C U = U D, C = B^-1 A", Inverse(B) * A * U, U * D)
+r = d.differentiate(reduced, "differentiate B^-1 A U = U D (d(B^-1 A) = B^-1 dA - B^-1 dB B^-1 A)")
+r = d.left_multiply(r, U.T * B, "left-multiply by U^T B (the inverse of U)")
+r = d.substitute(r, reduced, "substitute B^-1 A U = U D")
+r = d.substitute(r, left_eig, "substitute U^T A = D U^T B")
+r = d.substitute(r, borth, "substitute U^T B U = I")
+route2 = d.use_definition(r, dC)
+s = d.same(route1, route2, "both routes give U^T dA U + D dC = dC D + dD + U^T dB U D")
+
+# ---------------------------------------------------------------- the diagonal of dC
+d_borth = d.use_definition(d.differentiate(borth, "differentiate U^T B U = I"), dC)
+diag_dC = d.solve_for(d.diagonal_part(d_borth, "diagonal part of dC + dC^T = -U^T dB U"), d.diag(dC))
+
+# ---------------------------------------------------------------- solve
+s, E = d.hadamard_split(s, D, dC, "E")
+dD_sol = d.solve_for(d.diagonal_part(s, "diagonal part (E_ii = 0)"), dD)
+dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=diag_dC)
+back = d.left_multiply(d.identity("definition of dC", dC, U.T * B * dU), U, "left-multiply dC = U^T B dU by U")
+back = d.substitute(back, complete, "substitute U U^T B = I")
+dU_sol = d.replace(d.solve_for(back, dU), dC_sol)
+d.set_jvp(dU=dU_sol, dD=dD_sol)
+
+# ---------------------------------------------------------------- VJP
+d.derive_vjp()
