@@ -40,7 +40,7 @@ def test_corrupted_step_fails_audit_and_generate_writes_nothing(root, tmp_path):
     first = report.first_failure()
     assert first.label == "left eigenvector identity (corrupted)"
     assert first.residual > 1e-3
-    with pytest.raises(AuditError) as err:
+    with pytest.raises(gen.GenerationFailed) as err:
         gen.render(proj, ["eigh"])
     assert "left eigenvector identity (corrupted)" in str(err.value)
     assert str(path) in str(err.value)

@@ -21,11 +21,9 @@ def cmd_generate(args) -> int:
     t0 = time.perf_counter()
     try:
         files = gen.render(root, args.names)
-    except AuditError as exc:
-        print(exc.report.to_text(), file=sys.stderr)
-        print(f"error: {exc}\nnothing was written.", file=sys.stderr)
-        return 1
-    except DerivationError as exc:
+    except gen.GenerationFailed as exc:
+        if exc.report_text:
+            print(exc.report_text, file=sys.stderr)
         print(f"error: {exc}\nnothing was written.", file=sys.stderr)
         return 1
     if args.check:

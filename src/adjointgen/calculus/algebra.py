@@ -25,7 +25,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DiagPart, PairwiseMatrix, Skew, Structure, Sym
+from .nodes import DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Structure, Sym
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
@@ -166,6 +166,19 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
     return collect(out)
 
 
+def _shifted_solve(node: ShiftedSolve, inner_terms: list[Term]) -> list[Term]:
+    """``S`` distributes over sums and scalars; ``S(B U Y) = 0`` because ``S`` projects its
+    argument with ``P = I - B U U^T`` and ``P B U = 0``."""
+    _, B, U, _ = node.operator
+    annihilated = (U,) if isinstance(B, Identity) else (B, U)
+    out = []
+    for c, fs in inner_terms:
+        if fs[: len(annihilated)] == annihilated:
+            continue
+        out.append((c, (node.with_arg(_monomial(sp.Integer(1), fs)),)))
+    return collect(out)
+
+
 def _monomial(c, fs):
     if len(fs) == 1 and c == 1:
         return fs[0]
@@ -198,6 +211,8 @@ def expand(expr, structure: Structure) -> list[Term]:
         return collect(out)
     if isinstance(expr, LINEAR_NODES):
         return _linear_node(type(expr), expand(expr.arg, structure), expr.shape, structure)
+    if isinstance(expr, ShiftedSolve):
+        return _shifted_solve(expr, expand(expr.arg, structure))
     if isinstance(expr, HadamardProduct):
         consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
         others = [a for a in expr.args if not isinstance(a, PairwiseMatrix)]
@@ -332,6 +347,9 @@ def substitute_product(expr, pattern, replacement, structure: Structure) -> tupl
         return collect(out)
 
     def _sub_inside(atom):
+        if isinstance(atom, ShiftedSolve):
+            inner = sub_terms(expand(atom.arg, structure))
+            return atom.with_arg(build(inner, atom.shape)) if inner else ZeroMatrix(*atom.shape)
         if isinstance(atom, LINEAR_NODES):
             inner = sub_terms(expand(atom.arg, structure))
             return type(atom)(build(inner, atom.shape)) if inner else ZeroMatrix(*atom.shape)
@@ -388,6 +406,10 @@ def _transpose_atom_linear(atom, tangents, g, structure, contributions):
     if isinstance(atom, Transpose) and isinstance(atom.arg, MatrixSymbol) and atom.arg.name in tangents:
         contributions.setdefault(atom.arg.name, []).append(Transpose(g))
         return
+    if isinstance(atom, ShiftedSolve):  # self-adjoint: <G, S(X)> = <S(G), X>
+        for name, parts in transpose_linear(atom.arg, tangents, atom.with_arg(g), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
     if isinstance(atom, LINEAR_NODES):
         for name, parts in transpose_linear(atom.arg, tangents, type(atom)(g), structure).items():
             contributions.setdefault(name, []).extend(parts)
@@ -442,6 +464,8 @@ def _factor_inside(expr, structure):
         return MatMul(c, *[_factor_inside(m, structure) for m in mats]) if c != 1 else MatMul(*[_factor_inside(m, structure) for m in mats])
     if isinstance(expr, LINEAR_NODES):
         return type(expr)(factor_common(expand(expr.arg, structure), expr.shape, structure))
+    if isinstance(expr, ShiftedSolve):
+        return expr.with_arg(factor_common(expand(expr.arg, structure), expr.shape, structure))
     if isinstance(expr, HadamardProduct):
         consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
         other = [a for a in expr.args if not isinstance(a, PairwiseMatrix)][0]
@@ -494,19 +518,42 @@ def push_projection_inward(expr, structure: Structure):
         return node(push_projection_inward(inner, structure))
     if isinstance(expr, (DiagPart,)):
         return DiagPart(push_projection_inward(expr.arg, structure))
+    if isinstance(expr, ShiftedSolve):
+        return expr.with_arg(push_projection_inward(expr.arg, structure))
     return expr
 
 
+def merge_solves(terms: list[Term]) -> list[Term]:
+    """``c1 S(X) + c2 S(Y) = S(c1 X + c2 Y)`` for solves with the same operator: one solve."""
+    groups: dict[str, list] = {}
+    rest = []
+    for c, fs in terms:
+        if len(fs) == 1 and isinstance(fs[0], ShiftedSolve):
+            key = _key(sp.Tuple(*fs[0].operator))
+            groups.setdefault(key, []).append((c, fs[0]))
+        else:
+            rest.append((c, fs))
+    for key in sorted(groups):
+        items = groups[key]
+        node = items[0][1]
+        if len(items) == 1:
+            rest.append((items[0][0], (node,)))
+            continue
+        inner = MatAdd(*[MatMul(c, n.arg) for c, n in items])
+        rest.append((sp.Integer(1), (node.with_arg(inner),)))
+    return rest
+
+
 def simplify_for_codegen(expr, structure: Structure):
-    """Factor shared outer factors, move projections inward, factor again (to a fixed point)."""
-    current = factor_common(expand(expr, structure), expr.shape, structure)
+    """Merge solves, factor shared outer factors, move projections inward, factor again."""
+    current = factor_common(merge_solves(expand(expr, structure)), expr.shape, structure)
     for _ in range(8):
         nxt = push_projection_inward(current, structure)
         nxt = _drop_zero(nxt)
         if _key(nxt) == _key(current):
             break
         current = nxt
-    return factor_common(expand(current, structure), expr.shape, structure)
+    return factor_common(merge_solves(expand(current, structure)), expr.shape, structure)
 
 
 def _drop_zero(expr):
@@ -525,6 +572,9 @@ def _drop_zero(expr):
     if isinstance(expr, LINEAR_NODES):
         inner = _drop_zero(expr.arg)
         return ZeroMatrix(*expr.shape) if isinstance(inner, ZeroMatrix) else type(expr)(inner)
+    if isinstance(expr, ShiftedSolve):
+        inner = _drop_zero(expr.arg)
+        return ZeroMatrix(*expr.shape) if isinstance(inner, ZeroMatrix) else expr.with_arg(inner)
     if isinstance(expr, HadamardProduct):
         args = [_drop_zero(a) for a in expr.args]
         if any(isinstance(a, ZeroMatrix) for a in args):

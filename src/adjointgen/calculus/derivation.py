@@ -32,7 +32,7 @@ from sympy.matrices.expressions import (
 
 from . import algebra
 from .algebra import DerivationError, expand, normalize
-from .nodes import DI, DJ, DiagPart, PairwiseDef, PairwiseMatrix, Structure, Sym
+from .nodes import DI, DJ, DiagPart, PairwiseDef, PairwiseMatrix, ShiftedSolve, Structure, Sym
 
 
 @dataclass(frozen=True)
@@ -436,6 +436,29 @@ class Derivation:
         self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
+    def solve_shifted(self, eq: Equation, W: MatrixSymbol, A, B, D, U, label=None) -> Equation:
+        """Solve ``c (A W - B W D) + R = 0`` for ``W`` with ``U^T B W = 0``, column by column:
+        ``(A - d_i B) w_i = -r_i / c``, i.e. ``W = S(-R/c)`` with the projected shifted solve ``S``
+        (``B = None`` for the identity).  The constraint must have been shown before; the step
+        is checked numerically with a bordered dense solve."""
+        label = label or f"solve the shifted systems for {W.name}"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        b_factors = () if B is None else (B,)
+        aw = [(c, fs) for c, fs in res if fs == (A, W)]
+        bwd = [(c, fs) for c, fs in res if fs == (*b_factors, W, D)]
+        if len(aw) != 1 or len(bwd) != 1 or aw[0][0] != -bwd[0][0]:
+            self._fail(label, f"no terms c ({A} {W.name} - {'B ' if B is not None else ''}{W.name} {D}) in {eq}")
+        c = aw[0][0]
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) not in (aw[0], bwd[0])]
+        if any(W.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{W.name} appears outside the shifted operator in {eq}")
+        R = algebra.build(rest, W.shape)
+        Bop = Identity(A.shape[0]) if B is None else B
+        new = Equation(W, self._norm(ShiftedSolve(MatMul(-1 / c, R), A, Bop, U, D)))
+        self._record("solve_shifted", label, new, check=_equation_check(new),
+                     note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
+        return new
+
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
         """Two routes arrive at the same equation: their residuals are equal as expressions."""
         label = label or "the two routes give the same equation"
@@ -482,8 +505,12 @@ class Derivation:
                 return t
         raise KeyError(name)
 
-    def derive_vjp(self):
-        """Transpose the JVP under ``<X, Y> = tr(X^T Y)``; project symmetric inputs with ``sym``."""
+    def derive_vjp(self, *, lowrank: sp.Symbol | None = None):
+        """Transpose the JVP under ``<X, Y> = tr(X^T Y)``; project symmetric inputs with ``sym``.
+
+        With ``lowrank=k``, also write each input cotangent (before the projection) as one
+        product ``L R^T`` with ``L``, ``R`` of ``k`` columns: the form sparse and matrix-free inputs
+        need (``gA = sym(L R^T)``, gathered on a sparsity pattern or pushed through a matvec)."""
         if self.jvp is None:
             self._fail("VJP", "set_jvp must come first")
         in_tangents = {self.tangents[s.name].name for s in self.inputs}
@@ -500,6 +527,7 @@ class Derivation:
             parts = contrib.get(t, [])
             total = sp.MatAdd(*parts) if len(parts) > 1 else (parts[0] if parts else ZeroMatrix(*s.shape))
             total = self._norm(total)
+            unprojected = total
             self._record("transpose", f"VJP g{s.name} by transposing the JVP: {total}",
                          Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                          check=_dot_product_check(self, s.name, total, symmetric=False),
@@ -511,6 +539,8 @@ class Derivation:
                              Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                              check=_dot_product_check(self, s.name, total, symmetric=True),
                              symbolic=_dot_product_symbolic(self, s.name, total))
+            if lowrank is not None:
+                self._lowrank(s, unprojected, lowrank, total)
             raw["g" + s.name] = total
         code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
         for k in raw:
@@ -518,6 +548,34 @@ class Derivation:
                          check=_equation_check(Equation(code[k], raw[k])),
                          symbolic=_same_value_symbolic(code[k], raw[k]))
         self.vjp = Rule(raw, code)
+
+    def _lowrank(self, s, unprojected, k, projected):
+        """Split every monomial at its last inner dimension ``k``: ``c F1..Fj (Fj+1..Fp)`` with
+        ``F1..Fj`` of ``k`` columns; group the monomials by their right part."""
+        label = f"g{s.name} as a low-rank product L R^T"
+        groups: dict[str, list] = {}
+        rights: dict[str, sp.MatrixExpr] = {}
+        for c, fs in expand(unprojected, self.structure):
+            j = next((j for j in range(len(fs) - 1, 0, -1) if fs[j - 1].shape[1] == k), None)
+            if j is None:
+                self._fail(label, f"term {algebra._monomial(c, fs)} has no inner dimension {k}")
+            right = self._norm(Transpose(MatMul(*fs[j:]) if len(fs[j:]) > 1 else fs[j]))
+            key = sp.srepr(right)
+            rights[key] = right
+            groups.setdefault(key, []).append(algebra._monomial(c, fs[:j]))
+        if len(groups) != 1:
+            self._fail(label, f"the terms of g{s.name} have {len(groups)} different right factors")
+        key = next(iter(groups))
+        L = self._norm(sp.MatAdd(*groups[key]) if len(groups[key]) > 1 else groups[key][0])
+        R = rights[key]
+        value = Sym(L * R.T) if s.name in self.symmetric_inputs else L * R.T
+        eq = Equation(MatrixSymbol("g" + s.name, *s.shape), self._norm(value))
+        self._record("lowrank", f"{label}: L = {L}, R = {R}", eq,
+                     check=_equation_check(Equation(self._norm(value), projected)),
+                     symbolic=_same_value_symbolic(self._norm(value), projected))
+        self.vjp_factors = getattr(self, "vjp_factors", {})
+        self.vjp_factors["g" + s.name] = (algebra.simplify_for_codegen(L, self.structure),
+                                          algebra.simplify_for_codegen(R, self.structure))
 
 
 # ---------------------------------------------------------------------- checks
@@ -540,7 +598,17 @@ def _equation_check(eq: Equation):
 
         plain = Structure()  # scale from the terms as written, before structure cancels any
         terms = algebra.expand(eq.lhs, plain) + algebra.expand(eq.rhs, plain)
-        scale = sum(_frob(evaluate(algebra._monomial(c, fs), ctx.env, ctx.dims)) for c, fs in terms)
+        # each term's size bound |c| Π‖factor‖ (sub-multiplicative): a residual is measured
+        # against the size of what was multiplied, also when a product itself is ~0 (U^T dU, k = 1)
+        definitions = getattr(ctx, "definitions", {})
+
+        def factor_size(f):
+            if isinstance(f, MatrixSymbol) and f.name in definitions:  # the size of what it names
+                return sum(abs(float(c2)) * np.prod([factor_size(g) for g in fs2])
+                           for c2, fs2 in algebra.expand(definitions[f.name], plain))
+            return _frob(evaluate(f, ctx.env, ctx.dims))
+
+        scale = sum(abs(float(c)) * np.prod([factor_size(f) for f in fs]) for c, fs in terms)
         return _frob(res), max(scale, np.finfo(float).tiny)
 
     return check

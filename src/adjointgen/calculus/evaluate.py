@@ -17,7 +17,11 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DI, DJ, DiagPart, PairwiseMatrix, Skew, Sym
+from .nodes import DI, DJ, DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Sym
+
+
+class NotExplicit(Exception):
+    """The expression holds an implicit node (a solve) that has no explicit symbolic value."""
 
 
 class _Numpy:
@@ -54,7 +58,19 @@ class _Numpy:
         return np.diag(a).copy()
 
     @staticmethod
-    def pairwise(definition, d):
+    def shifted_solve(X, A, B, U, d):
+        """Column i: the bordered system [[A - d_i B, B U], [(B U)^T, 0]] [w; l] = [x_i; 0]."""
+        n, k = U.shape
+        BU = B @ U
+        out = np.empty_like(X)
+        for i in range(X.shape[1]):
+            M = np.block([[A - d[i] * B, BU], [BU.T, np.zeros((k, k))]])
+            rhs = np.concatenate([X[:, i], np.zeros(k)])
+            out[:, i] = np.linalg.solve(M, rhs)[:n]
+        return out
+
+    @staticmethod
+    def pairwise(definition, d, free=False):
         f = _lambdified(definition.expr)
         di, dj = d[:, None], d[None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -97,8 +113,25 @@ class _Sympy:
         return [a[i, i] for i in range(a.rows)]
 
     @staticmethod
-    def pairwise(definition, d):
+    def shifted_solve(X, A, B, U, d):
+        raise NotExplicit("the projected shifted solve has no explicit symbolic form")
+
+    @staticmethod
+    def pairwise(definition, d, free=False):
         n = len(d)
+        if free:
+            # entries as free symbols carrying only the (anti)symmetry of the formula: enough for
+            # steps that use nothing else about F, and polynomial, so cheap to simplify
+            sign = -1 if definition.is_antisymmetric else (1 if definition.is_symmetric else None)
+
+            def entry(i, j):
+                if i == j:
+                    return definition.diagonal_value
+                if sign is None or i < j:
+                    return sp.Symbol(f"{definition.name}_{i}{j}", real=True)
+                return sign * sp.Symbol(f"{definition.name}_{j}{i}", real=True)
+
+            return sp.Matrix(n, n, entry)
         return sp.Matrix(
             n,
             n,
@@ -123,7 +156,7 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
     def ev(e):
         if isinstance(e, PairwiseMatrix):
             d = e.definition
-            return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]))
+            return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]), free=env.get("__pairwise_free__", False))
         if isinstance(e, MatrixSymbol):
             if e.name not in env:
                 raise KeyError(f"no value for symbol {e.name}")
@@ -156,6 +189,9 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
             return out
         if isinstance(e, DiagPart):
             return arith.diag(ev(e.arg))
+        if isinstance(e, ShiftedSolve):
+            A, B, U, D = e.operator
+            return arith.shifted_solve(ev(e.arg), ev(A), ev(B), ev(U), arith.diagonal(ev(D)))
         if isinstance(e, Sym):
             x = ev(e.arg)
             return (x + arith.T(x)) / 2

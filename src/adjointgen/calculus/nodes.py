@@ -20,6 +20,7 @@ from sympy import Basic
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 __all__ = [
+    "ShiftedSolve",
     "DiagPart",
     "Sym",
     "Skew",
@@ -85,6 +86,42 @@ class Skew(_UnaryMatrixNode):
 
     def _eval_transpose(self):
         return -self
+
+
+class ShiftedSolve(MatrixExpr):
+    """``S(X)``: column by column, the solution ``w_i`` of the projected shifted system
+
+        ``P (A - d_i B) w_i = P x_i``,  ``U^T B w_i = 0``,  ``P = I - B U U^T``,
+
+    where ``d_i`` are the diagonal entries of ``D``.  Arguments: ``(X, A, B, U, D)``; ``B`` is an
+    ``Identity`` for the standard problem.  ``S`` is linear in ``X`` and self-adjoint under
+    ``<X, Y> = tr(X^T Y)`` (``S_i = P^T K_i^+ P`` with ``K_i = P (A - d_i B) P^T`` symmetric), so the
+    transposition rule is ``<G, S(X)> = <S(G), X>``; ``S(B U Y) = 0`` since ``P B U = 0``.
+    Generated code calls a runtime solver (block CG/MINRES, or a bordered dense solve).
+    """
+
+    def __new__(cls, X, A, B, U, D):
+        return Basic.__new__(cls, *(sp.sympify(a) for a in (X, A, B, U, D)))
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def operator(self):
+        return self.args[1:]
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+    def with_arg(self, X):
+        return ShiftedSolve(X, *self.operator)
+
+    def _sympystr(self, printer):
+        A, B, U, D = self.operator
+        shift = "d_i" if isinstance(B, sp.Identity) else f"d_i {printer._print(B)}"
+        return f"S[{printer._print(A)} - {shift}; {printer._print(U)}]({printer._print(self.arg)})"
 
 
 @dataclass(frozen=True)

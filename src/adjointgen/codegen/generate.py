@@ -137,58 +137,86 @@ def audit_one(root: Path, name: str, *, symbolic: bool = True) -> Audited:
     return Audited(d, report, op)
 
 
-def render(root: Path, names: list[str] | None = None) -> dict[Path, str]:
+def render(root: Path, names: list[str] | None = None, *, jobs: int | None = None) -> dict[Path, str]:
     """Audit the named derivations (all by default) and render their files.
 
-    Raises :class:`AuditError` at the first failed step; nothing is rendered then.
+    Derivations are audited in parallel processes (``jobs``, default: the CPU count).  Raises
+    :class:`GenerationFailed` at the first failed step; nothing is rendered then.
     """
     all_names = derivation_names(root)
-    names = all_names if not names else names
-    audited = []
-    for name in names:
-        a = audit_one(root, name)
-        failed = a.report.first_failure()
-        if failed is not None:
-            raise AuditError(a.report, failed)
-        audited.append(a)
-    env = _environment(root)
+    names = all_names if not names else list(names)
+    jobs = min(len(names), jobs or os.cpu_count() or 1)
+    if jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            results = list(pool.map(_render_operation, [str(root)] * len(names), names))
+    else:
+        results = [_render_operation(str(root), name) for name in names]
     files: dict[Path, str] = {}
-    for a in audited:
-        op = a.op
-        for backend in BACKENDS:
-            template = env.get_template(backend.template)
-            sources = [root / op.derivation, root / "templates" / backend.template]
-            lines = {}
-            if backend.printer:
-                printer = PRINTERS[backend.printer]
-                lines = {r.name: printer.lines(r) for r in (op.jvp, op.vjp)}
-            steps = [
-                _StepRow(r.index, r.label, r.kind, str(s.equation) if s.equation is not None else None, r.passed, r.symbolic)
-                for s, r in zip(a.derivation.steps, a.report.steps)
-            ]
-            text = template.render(
-                header=_header(backend.comment, sources, root),
-                op=op,
-                cls="".join(part.capitalize() for part in op.name.split("_")) + "Function",
-                lines=lines,
-                pairwise_by_name={f.name: f for f in op.pairwise},
-                report=a.report,
-                steps=steps,
-                tolerance=a.report.steps[0].tolerance if a.report.steps else 0,
-            )
-            files[root / "generated" / backend.output.format(name=op.name)] = text
+    for result in results:
+        if isinstance(result, GenerationFailed):
+            raise result
+        files.update(result)
+    env = _environment(root)
+    package = env.get_template("package/__init__.py.j2")
+    header = _header("#", [root / "templates" / "package/__init__.py.j2"], root)
     for backend, rel in PACKAGES:
-        template = env.get_template("package/__init__.py.j2")
-        files[root / "generated" / rel] = template.render(
-            header=_header("#", [root / "templates" / "package/__init__.py.j2"], root),
-            backend=backend,
-            names=all_names,
+        files[root / "generated" / rel] = package.render(header=header, backend=backend, names=all_names)
+    files[root / "generated" / "__init__.py"] = package.render(
+        header=header, backend="torch and CuPy/NumPy", names=all_names)
+    return files
+
+
+class GenerationFailed(Exception):
+    """A derivation failed its audit (or could not be carried out); carries the printed report."""
+
+    def __init__(self, message: str, report_text: str = ""):
+        super().__init__(message)
+        self.report_text = report_text
+
+    def __reduce__(self):
+        return (GenerationFailed, (str(self), self.report_text))
+
+
+def _render_operation(root_str: str, name: str):
+    """Audit one derivation and render all its files (run in a worker process)."""
+    root = Path(root_str)
+    try:
+        a = audit_one(root, name)
+    except DerivationError as exc:
+        return GenerationFailed(str(exc))
+    failed = a.report.first_failure()
+    if failed is not None:
+        return GenerationFailed(str(AuditError(a.report, failed)), a.report.to_text())
+    if a.derivation.error is not None:
+        return GenerationFailed(a.derivation.error, a.report.to_text())
+    env = _environment(root)
+    op = a.op
+    files: dict[Path, str] = {}
+    for backend in BACKENDS:
+        template = env.get_template(backend.template)
+        sources = [root / op.derivation, root / "templates" / backend.template]
+        lines = {}
+        if backend.printer:
+            printer = PRINTERS[backend.printer]
+            lines = {r.name: printer.lines(r) for r in op.rules}
+        steps = [
+            _StepRow(r.index, r.label, r.kind, str(s.equation) if s.equation is not None else None, r.passed, r.symbolic)
+            for s, r in zip(a.derivation.steps, a.report.steps)
+        ]
+        files[root / "generated" / backend.output.format(name=op.name)] = template.render(
+            header=_header(backend.comment, sources, root),
+            op=op,
+            cls="".join(part.capitalize() for part in op.name.split("_")) + "Function",
+            lines=lines,
+            pairwise_by_name={f.name: f for f in op.pairwise},
+            report=a.report,
+            steps=steps,
+            tolerance=a.report.steps[0].tolerance if a.report.steps else 0,
         )
-    files[root / "generated" / "__init__.py"] = env.get_template("package/__init__.py.j2").render(
-        header=_header("#", [root / "templates" / "package/__init__.py.j2"], root),
-        backend="torch and CuPy/NumPy",
-        names=all_names,
-    )
     return files
 
 

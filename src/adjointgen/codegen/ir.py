@@ -27,6 +27,7 @@ OPS = {
     "pairwise_mul": "F(d) ∘ a for a pairwise matrix F of the vector d",
     "pairwise_mul_skew": "F(d) ∘ skew(a), fused",
     "pairwise_mul_sym": "F(d) ∘ sym(a), fused",
+    "shifted_solve": "column i of X: w_i with P (A - d_i B) w_i = P x_i, U^T B w_i = 0 (runtime solver)",
 }
 
 
@@ -111,12 +112,25 @@ class OperationIR:
     jvp: RuleIR
     vjp: RuleIR
     pairwise: tuple[PairwiseFn, ...]
+    #: ``sym(L R^T)`` factors of the input cotangents, for sparse and matrix-free inputs
+    vjp_factors: RuleIR | None = None
+    #: inputs the rules use as operators (in projected shifted solves); such operations get a
+    #: hand-written autograd function in the runtime instead of the generic generated one
+    operator_inputs: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> tuple[RuleIR, ...]:
+        return (self.jvp, self.vjp) + ((self.vjp_factors,) if self.vjp_factors else ())
+
+    @property
+    def uses_shifted_solve(self) -> bool:
+        return any(v.op == "shifted_solve" for r in self.rules for v in r.values)
 
     @property
     def kernel_variants(self) -> tuple[tuple[str, str], ...]:
         """(pairwise function name, fused part) for every fused elementwise kernel used."""
         seen = set()
-        for rule in (self.jvp, self.vjp):
+        for rule in self.rules:
             for v in rule.kernels:
                 part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
                 seen.add((v.attr("fn"), part))

@@ -22,7 +22,7 @@ from sympy.matrices.expressions import (
 from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
-from ..calculus.nodes import DI, DJ, DiagPart, PairwiseMatrix, Skew, Sym
+from ..calculus.nodes import DI, DJ, DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Sym
 from .ir import OperationIR, PairwiseFn, Param, RuleIR, Value
 
 #: sizes used only to choose the order of matrix chains
@@ -51,6 +51,8 @@ class _Builder:
         return name
 
     def kind(self, name):
+        if name == "None":
+            return "none"
         for p in self.params.values():
             if p.name == name:
                 return p.kind
@@ -94,6 +96,10 @@ class _Builder:
             if isinstance(x, Sym):
                 return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
             return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", [("fn", fn)])
+        if isinstance(e, ShiftedSolve):
+            A, B, U, D = e.operator
+            b = "None" if isinstance(B, Identity) else self.lower(B)
+            return self.emit("shifted_solve", [self.lower(A), b, self.lower(U), self.lower(D), self.lower(e.arg)], "matrix")
         if isinstance(e, DiagPart):
             inner = self.lower(e.arg)
             return inner if self.kind(inner) == "diag" else self.emit("diagonal", [inner], "diag")
@@ -225,7 +231,8 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         return "diag" if sym_name in d.structure.diagonal else "matrix"
 
     primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
-    used_pairwise = sorted({p.name for rule in (d.jvp.code, d.vjp.code) for e in rule.values()
+    factor_exprs = [e for pair in getattr(d, "vjp_factors", {}).values() for e in pair]
+    used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)})
     pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
@@ -250,8 +257,13 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     output_order = [s for s in d.outputs]
     api_order = getattr(d, "api_output_order", None) or [api[s.name] for s in output_order]
     outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
-    # JVP: primal outputs and inputs, input tangents -> output tangents
+    referenced = {x.name for rule_ in (d.jvp.code, d.vjp.code) for e in rule_.values()
+                  for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
+    operator_inputs = [s for s in d.inputs if s.name in referenced]
+    # JVP: (operator inputs,) primal outputs, input tangents -> output tangents
     jvp_params = {}
+    for s in operator_inputs:
+        jvp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
         jvp_params[s.name] = primal[s.name]
     for s in d.inputs:
@@ -261,6 +273,8 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     jvp = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
+    for s in operator_inputs:
+        vjp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
         vjp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
@@ -268,6 +282,14 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
     vjp = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw)
+    vjp_factors = None
+    if getattr(d, "vjp_factors", None):
+        exprs, names = {}, {}
+        for s in d.inputs:
+            L, R = d.vjp_factors["g" + s.name]
+            exprs[f"g{s.name}_L"], exprs[f"g{s.name}_R"] = L, R
+            names[f"g{s.name}_L"], names[f"g{s.name}_R"] = f"g{api[s.name]}_left", f"g{api[s.name]}_right"
+        vjp_factors = rule("vjp_factors", exprs, vjp_params, names, exprs)
     return OperationIR(
         name=d.name,
         title=d.title,
@@ -279,4 +301,6 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         jvp=jvp,
         vjp=vjp,
         pairwise=pairwise,
+        vjp_factors=vjp_factors,
+        operator_inputs=tuple(api[s.name] for s in operator_inputs),
     )

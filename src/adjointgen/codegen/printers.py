@@ -73,6 +73,7 @@ TORCH = ArrayPrinter(
         "pairwise_mul": "{fn}({0}) * {1}",
         "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mT)",
         "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mT)",
+        "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
     },
     inplace={
         "add_diag": "{0}.diagonal(dim1=-2, dim2=-1).add_({1})",
@@ -96,6 +97,7 @@ XP = ArrayPrinter(
         "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none')",
         "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew')",
         "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym')",
+        "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
     },
     inplace={
         "add_diag": "xp.einsum('...ii->...i', {0})[...] += {1}",

@@ -51,3 +51,22 @@ def launch_pairwise_kernel(op: str, fn: str, part: str, w, X, threads: int = 256
     if total:
         kernel((blocks,), (threads,), (w, X, out, numpy.int32(X.shape[-1]), numpy.int64(total)))
     return out
+
+
+def shifted_solve(xp, A, B, U, w, X):
+    """The projected shifted solve ``S(X)`` of the generated rules, for dense NumPy/CuPy arrays:
+    column ``i`` solves the bordered system ``[[A - w_i B, B U], [(B U)^T, 0]] [s; l] = [x_i; 0]``
+    (one batched ``xp.linalg.solve``; memory ``k (n + k)^2``).  ``B`` is ``None`` for the identity."""
+    n, k = U.shape[-2], U.shape[-1]
+    BU = U if B is None else xp.matmul(B, U)
+    eye = xp.eye(n, dtype=X.dtype)
+    Bm = eye if B is None else B
+    shifted = A[..., None, :, :] - w[..., :, None, None] * Bm[..., None, :, :]  # (..., k, n, n)
+    batch = shifted.shape[:-2]
+    top = xp.concatenate([shifted, xp.broadcast_to(BU[..., None, :, :], batch + (n, k))], axis=-1)
+    bottom = xp.concatenate([xp.broadcast_to(xp.swapaxes(BU, -1, -2)[..., None, :, :], batch + (k, n)),
+                             xp.zeros(batch + (k, k), dtype=X.dtype)], axis=-1)
+    M = xp.concatenate([top, bottom], axis=-2)
+    rhs = xp.concatenate([xp.swapaxes(X, -1, -2), xp.zeros(X.shape[:-2] + (X.shape[-1], k), dtype=X.dtype)], axis=-1)
+    sol = xp.linalg.solve(M, rhs[..., None])[..., 0]  # (..., k, n + k)
+    return xp.swapaxes(sol[..., :n], -1, -2)

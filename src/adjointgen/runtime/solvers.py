@@ -1,0 +1,69 @@
+"""The projected shifted solve ``S`` that generated rules call (``_solvers.shifted_solve``).
+
+Column ``i`` of ``S(X)`` is ``w_i`` with ``P (A - d_i B) w_i = P x_i`` and ``U^T B w_i = 0``,
+``P = I - B U U^T``.  Small dense problems use the exact bordered solve (differentiable, so second
+derivatives work); larger or matrix-free ones use block CG/MINRES on ``P X`` to the tolerance set by
+:func:`solve_options` (the partial eigensolver sets it from its own tolerance).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import torch
+
+from .linear_operator import LinearOperator, as_operator
+from .linsolve import solve_projected_shifted, solve_projected_shifted_dense
+
+#: dense problems up to this size use the direct bordered solve
+DENSE_DIRECT_MAX_N = 400
+
+_options: contextvars.ContextVar = contextvars.ContextVar("adjointgen_solve_options", default={})
+
+
+@contextlib.contextmanager
+def solve_options(**options):
+    """Options for the iterative solves inside: ``tol`` (relative residual per column),
+    ``maxiter``, ``direct`` (force or forbid the bordered dense solve)."""
+    token = _options.set({**_options.get(), **{k: v for k, v in options.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _options.reset(token)
+
+
+def default_tol(dtype) -> float:
+    return 1e-11 if dtype == torch.float64 else 1e-5
+
+
+def _is_dense(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.layout == torch.strided
+
+
+def shifted_solve(A, B, U, d, X):
+    """``S(X)`` for dense tensors (batched), torch sparse matrices or :class:`LinearOperator`."""
+    opts = _options.get()
+    n = U.shape[-2]
+    dense = _is_dense(A) and (B is None or _is_dense(B))
+    direct = opts.get("direct", dense and n <= DENSE_DIRECT_MAX_N)
+    if direct:
+        if not dense:
+            raise ValueError("the direct bordered solve needs dense A and B")
+        return solve_projected_shifted_dense(A, B, U, d, X)
+    if U.dim() > 2:  # a batch of dense problems: one iterative solve each
+        batch = U.shape[:-2]
+        flat = lambda t: t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
+        Af, Uf, Xf = flat(A), flat(U), flat(X)
+        df = d.expand(*batch, d.shape[-1]).reshape(-1, d.shape[-1])
+        Bf = None if B is None else flat(B)
+        out = [shifted_solve(Af[i], None if Bf is None else Bf[i], Uf[i], df[i], Xf[i]) for i in range(Uf.shape[0])]
+        return torch.stack(out).reshape(X.shape)
+    opA = A if isinstance(A, LinearOperator) else as_operator(A)
+    opB = None if B is None else (B if isinstance(B, LinearOperator) else as_operator(B))
+    BU = U if opB is None else opB.matmul(U)
+    R = X - BU @ (U.mT @ X)  # P X
+    tol = opts.get("tol", default_tol(X.dtype))
+    create_graph = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (U, d, X) if isinstance(t, torch.Tensor))
+    return solve_projected_shifted(opA, opB, U, BU, d, R, tol=tol, maxiter=opts.get("maxiter"),
+                                   create_graph=create_graph)
