@@ -11,9 +11,10 @@ import torch
 
 from .generated.torch.eigh import EighFunction
 from .generated.torch.eigh_generalized import EighGeneralizedFunction
+from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 
-__all__ = ["eigh", "eigsh"]
+__all__ = ["eigh", "eigsh", "pinv"]
 
 
 def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
@@ -92,3 +93,31 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
     if isinstance(B, torch.Tensor) and B.layout == torch.strided:
         checks.symmetric_matrix(B, "B")
     return _eigsh(A, k, B, largest=largest, tol=tol, maxiter=maxiter)
+
+
+def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> torch.Tensor:
+    """Moore–Penrose pseudo-inverse with ``torch.linalg.pinv``'s cutoff semantics and result, and a
+    rank-revealing fast path: LU (square), Cholesky of the Gram matrix or QR (tall/wide), Cholesky
+    (``hermitian``) when randomized bounds on the extreme singular values show that no singular
+    value is near the cutoff; otherwise the SVD (eigh for ``hermitian``).  The choice and its reason
+    are logged at DEBUG level on the ``adjointgen.pinv`` logger;
+    :func:`adjointgen.runtime.pinv.pinv_forward` with ``return_info=True`` returns them.
+
+    The gradient is the constant-rank derivative derived from the four Penrose identities
+    (``derivations/pinv.py``); reverse and forward mode, second derivatives, batches ``(..., m, n)``,
+    float32/float64, CPU/CUDA.  With ``hermitian=True`` the input must be symmetric and the gradient
+    is symmetric (as ``torch.linalg.pinv``'s).
+
+    Raises:
+        ValueError: NaN/Inf entries, negative ``atol``/``rtol``, fewer than two dimensions, an
+            integer dtype, ``hermitian=True`` with a non-square or non-symmetric matrix.
+    """
+    checks.tensor(A, "A")
+    if A.dim() < 2:
+        raise ValueError(f"A must have shape (..., m, n), got {tuple(A.shape)}")
+    checks.floating(A, "A")
+    if hermitian:
+        checks.matrix(A, "A", square=True)
+        checks.symmetric(A, "A")
+        A = 0.5 * (A + A.mT)  # equal for valid input; the gradient is symmetric, as for eigh
+    return PinvFunction.apply(A, (atol, rtol, hermitian))

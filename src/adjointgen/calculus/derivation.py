@@ -110,6 +110,7 @@ class Derivation:
         self.vjp: Rule | None = None
         self.symmetric_inputs: set[str] = set()
         self.api_output_order: list[str] | None = None
+        self.forward_options: tuple[str, ...] = ()
         self.error: str | None = None
         Derivation.created.append(self)
 
@@ -457,6 +458,39 @@ class Derivation:
         new = Equation(W, self._norm(ShiftedSolve(MatMul(-1 / c, R), A, Bop, U, D)))
         self._record("solve_shifted", label, new, check=_equation_check(new),
                      note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
+        return new
+
+    def isolate(self, eq: Equation, tangent: MatrixSymbol, block, label=None) -> Equation:
+        """Move the terms holding ``tangent`` to the left, the rest to the right, and scale so the
+        left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``)."""
+        label = label or f"isolate {block}"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        mine = [(c, fs) for c, fs in res if any(tangent.name in algebra.free_names(f) for f in fs)]
+        rest = [(c, fs) for c, fs in res if (c, fs) not in mine]
+        target = expand(block, self.structure)
+        if not mine or not target or len(mine) != len(target):
+            self._fail(label, f"the {tangent.name} terms of {eq} are not a multiple of {block}")
+        ratio = sp.nsimplify(mine[0][0] / dict((fs, c) for c, fs in target).get(mine[0][1], sp.nan))
+        if ratio.has(sp.nan) or expand(algebra.build(mine, eq.lhs.shape) - ratio * algebra.build(target, eq.lhs.shape), self.structure):
+            self._fail(label, f"the {tangent.name} terms of {eq} are not a multiple of {block}")
+        new = self._eq(block, MatMul(-1 / ratio, algebra.build(rest, eq.lhs.shape)))
+
+        def symbolic(env, old=eq, new=new, ratio=ratio):
+            return _explicit(old.residual_expr, env) / ratio - _explicit(new.residual_expr, env)
+
+        self._record("isolate", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def add(self, *equations: Equation, label=None) -> Equation:
+        """The sum of equations (e.g. the blocks of a projector decomposition)."""
+        label = label or "add the equations"
+        new = self._eq(sp.MatAdd(*[e.lhs for e in equations]), sp.MatAdd(*[e.rhs for e in equations]))
+
+        def symbolic(env, new=new):
+            total = sum((_explicit(e.residual_expr, env) for e in equations[1:]), _explicit(equations[0].residual_expr, env))
+            return total - _explicit(new.residual_expr, env)
+
+        self._record("add", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
     def same(self, first: Equation, second: Equation, label=None) -> Equation:

@@ -117,6 +117,8 @@ class OperationIR:
     #: inputs the rules use as operators (in projected shifted solves); such operations get a
     #: hand-written autograd function in the runtime instead of the generic generated one
     operator_inputs: tuple[str, ...] = ()
+    #: non-tensor arguments of the forward computation (``atol``, ``rtol``), passed through
+    forward_options: tuple[str, ...] = ()
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:

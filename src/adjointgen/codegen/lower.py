@@ -257,12 +257,14 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     output_order = [s for s in d.outputs]
     api_order = getattr(d, "api_output_order", None) or [api[s.name] for s in output_order]
     outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
-    referenced = {x.name for rule_ in (d.jvp.code, d.vjp.code) for e in rule_.values()
-                  for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
-    operator_inputs = [s for s in d.inputs if s.name in referenced]
+    all_exprs = [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
+    in_solves = {x.name for e in all_exprs for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
+    referenced = {x.name for e in all_exprs for x in e.atoms(MatrixSymbol)}
+    operator_inputs = [s for s in d.inputs if s.name in in_solves]
+    input_params = [s for s in d.inputs if s.name in referenced]
     # JVP: (operator inputs,) primal outputs, input tangents -> output tangents
     jvp_params = {}
-    for s in operator_inputs:
+    for s in input_params:
         jvp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
         jvp_params[s.name] = primal[s.name]
@@ -273,7 +275,7 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     jvp = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
-    for s in operator_inputs:
+    for s in input_params:
         vjp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
         vjp_params[s.name] = primal[s.name]
@@ -303,4 +305,5 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         pairwise=pairwise,
         vjp_factors=vjp_factors,
         operator_inputs=tuple(api[s.name] for s in operator_inputs),
+        forward_options=tuple(d.forward_options),
     )

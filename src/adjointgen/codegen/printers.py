@@ -33,6 +33,8 @@ class ArrayPrinter:
         fmt = self.table[v.op]
         if v.op == "add":
             return " + ".join(v.args)
+        if v.op == "scale" and v.attr("coeff") == "-1":
+            return f"-{v.args[0]}"
         return fmt.format(*v.args, **dict(v.attrs))
 
     def lines(self, rule: RuleIR) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ Routes (``info.method``), chosen by size, structure and device (override with ``
 
 ``"dense"``
     When ``n <= 600``, or ``3 k >= n``, or ``k >= n - 1``, or the input is dense with
-    ``n <= 2500``. On the CPU: LAPACK through :func:`scipy.linalg.eigh` with ``subset_by_index``
+    ``n <= 2000``. On the CPU: LAPACK through :func:`scipy.linalg.eigh` with ``subset_by_index``
     (``syevr``, MRRR, for ``B = I``; ``sygvx`` for generalized problems) computing only the
     ``k + 1`` wanted eigenpairs. On other devices: :func:`torch.linalg.eigh`, generalized problems
     reduced with a Cholesky factor ``L`` of ``B``: ``L^{-1} A L^{-T}``. Sparse or operator input is
@@ -22,8 +22,10 @@ Routes (``info.method``), chosen by size, structure and device (override with ``
     Measured on 2 CPU cores, float64, random dense symmetric ``A``, ``k = 8`` (best of 3):
     n=2000: ``syevr`` subset 0.38 s, ``sygvx`` subset (generalized) 0.50 s, ARPACK with a dense
     matvec 0.40 s, ``torch.linalg.eigh`` (full) 0.69 s; n=3000: ``syevr`` 1.2 s, ARPACK 0.76 s;
-    n=4000: 2.6 s vs 1.25 s. Hence the crossover at ``n = 2500`` for dense input (ARPACK's time
-    also grows with clustering of the spectrum, the dense route's does not).
+    n=4000: 2.6 s vs 1.25 s; with one thread at n=2000: ``syevr`` 1.07 s, ARPACK 0.79 s,
+    ``torch.linalg.eigh`` 1.65 s. Hence the crossover at ``n = 2000`` for dense input; the dense
+    route is kept up to there because its time does not depend on the spectrum, while ARPACK's
+    grows with the clustering of the wanted eigenvalues (a random matrix is a friendly case).
 ``"arpack"``
     CPU, large sparse / dense input, ``B`` absent or explicit (dense or sparse):
     :func:`scipy.sparse.linalg.eigsh` (implicitly restarted Lanczos) for ``k + 1`` pairs with
@@ -67,7 +69,7 @@ __all__ = ["ConvergenceError", "PartialEighInfo", "partial_eigh", "partial_eigh_
 #: Problems this small always take the dense route.
 DENSE_MAX_N = 600
 #: Dense input up to this size takes the dense route (measured crossover with ARPACK, see module doc).
-DENSE_INPUT_MAX_N = 2500
+DENSE_INPUT_MAX_N = 2000
 #: Number of power-iteration steps for the norm estimates used in the residual.
 _NORM_ESTIMATE_STEPS = 6
 #: Default iteration caps (ARPACK: restarts; LOBPCG: block iterations).
@@ -384,13 +386,25 @@ def _b_gram_cholesky(G: torch.Tensor) -> torch.Tensor:
 
 
 def _b_orthonormalize_svqb(S, BS, drop_rtol):
-    """SVQB: ``S T`` with ``T^T S^T B S T = I``, dropping directions with tiny B-norm.
+    """SVQB: ``T`` with ``(S T)^T B (S T) = I``, dropping directions with tiny B-norm.
 
-    Returns ``T`` (may have fewer columns than ``S``).
+    ``T`` may have fewer columns than ``S``. Raises when a column of ``S`` has a negative Rayleigh
+    quotient ``s^T B s / s^T s`` (``B`` indefinite).
     """
     G = S.mT @ BS
     G = (G + G.mT) / 2
-    d = torch.diagonal(G).clamp_min(torch.finfo(G.dtype).tiny).rsqrt()
+    quotients = torch.diagonal(G) / torch.linalg.vector_norm(S, dim=0).square().clamp_min(torch.finfo(G.dtype).tiny)
+    largest = float(quotients.abs().max()) if quotients.numel() else 0.0
+    if quotients.numel() and float(quotients.min()) < -math.sqrt(drop_rtol) * largest:
+        raise _not_positive_definite(
+            f"found a direction with Rayleigh quotient x^T B x / x^T x = {float(quotients.min()):.3e} < 0"
+        )
+    usable = quotients > drop_rtol * largest
+    if not bool(usable.any()):
+        return S.new_zeros(S.shape[1], 0)
+    columns = torch.nonzero(usable).flatten()
+    G = G[columns][:, columns]
+    d = torch.diagonal(G).rsqrt()
     Gs = G * d[:, None] * d[None, :]
     lam, V = torch.linalg.eigh(Gs)
     if float(lam[0]) < -max(drop_rtol, 1e-6) * float(lam[-1]):
@@ -398,7 +412,9 @@ def _b_orthonormalize_svqb(S, BS, drop_rtol):
             f"found a direction with scaled Rayleigh quotient {float(lam[0]):.3e} < 0"
         )
     keep = lam > drop_rtol * lam[-1]
-    return (d[:, None] * V[:, keep]) * lam[keep].rsqrt()
+    T_usable = (d[:, None] * V[:, keep]) * lam[keep].rsqrt()
+    T = S.new_zeros(S.shape[1], T_usable.shape[1])
+    return T.index_copy(0, columns, T_usable)
 
 
 def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB):
@@ -421,13 +437,18 @@ def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB):
         C = torch.linalg.solve_triangular(L.mT, C, upper=True)
         return sign * theta, C
 
+    def combine(Y, BY, C):
+        """``(Y C, B Y C)`` without a second product when ``B`` is the identity."""
+        YC = Y @ C
+        return YC, (YC if opB is None else BY @ C)
+
     X = _random_block(n, block, dtype, device)
     BX = _apply_B(opB, X)
     T = _b_orthonormalize_svqb(X, BX, drop_rtol)
-    X, BX = X @ T, BX @ T
+    X, BX = combine(X, BX, T)
     AX = opA.matmul(X)
     theta, C = rayleigh_ritz(X, AX, BX)
-    X, AX, BX = X @ C[:, :block], AX @ C[:, :block], BX @ C[:, :block]
+    (X, BX), AX = combine(X, BX, C[:, :block]), AX @ C[:, :block]
     theta = theta[:block]
     P = None
     residual = torch.full((block,), math.inf, dtype=dtype, device=device)
@@ -448,12 +469,13 @@ def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB):
         T = _b_orthonormalize_svqb(S, BS, drop_rtol)
         if T.shape[1] == 0:
             break
-        S, BS = S @ T, BS @ T
+        S, BS = combine(S, BS, T)
         AS = opA.matmul(S)
-        Z, AZ, BZ = torch.cat([X, S], 1), torch.cat([AX, AS], 1), torch.cat([BX, BS], 1)
+        Z, AZ = torch.cat([X, S], 1), torch.cat([AX, AS], 1)
+        BZ = Z if opB is None else torch.cat([BX, BS], 1)
         theta_all, C = rayleigh_ritz(Z, AZ, BZ)
         C = C[:, :block]
-        X, AX, BX = Z @ C, AZ @ C, BZ @ C
+        (X, BX), AX = combine(Z, BZ, C), AZ @ C
         theta = theta_all[:block]
         C_rest = C[block:]
         P = S @ C_rest

@@ -29,3 +29,11 @@ def _is_traced(x):
     from .checks import _is_traced as traced
 
     return traced(x)
+
+
+def pinv(A, atol=None, rtol=None, hermitian=False):
+    """``torch.linalg.pinv`` semantics with the rank-revealing fast path of
+    :func:`adjointgen.runtime.pinv.pinv_forward`."""
+    from .pinv import pinv_forward
+
+    return pinv_forward(A, atol=atol, rtol=rtol, hermitian=hermitian)

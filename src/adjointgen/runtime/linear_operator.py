@@ -111,7 +111,10 @@ class LinearOperator:
         return self._device
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        return (
+            f"{type(self).__name__}(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"device={self.device})"
+        )
 
     # -- products ----------------------------------------------------------------------------------
     def matmul(self, X: torch.Tensor) -> torch.Tensor:
@@ -227,6 +230,22 @@ class _SparseOperator(LinearOperator):
         self.matrix = matrix
         self.kind = "sparse_coo" if matrix.layout == torch.sparse_coo else "sparse_csr"
         super().__init__(_left_matmul, matrix.shape, params=(matrix,), dtype=matrix.dtype, device=matrix.device)
+        self._product_matrix = None  # CSR copy for products that need no graph (built on first use)
+
+    def _apply(self, X: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (self.matrix.requires_grad or X.requires_grad):
+            return self.matrix @ X  # differentiable product with the user's tensor
+        # Products without a graph (the solvers' inner loops) use a CSR copy: torch's COO product is
+        # ~4x slower than CSR, and on the CPU scipy's CSR kernel is ~2x faster than torch's
+        # (measured: n = 90,000, 5 nnz/row, 8 columns, float64, 1 thread: 3.7 / 8.3 / 31 ms).
+        if self._product_matrix is None:
+            if self.device.type == "cpu":
+                self._product_matrix = self.to_scipy()
+            else:
+                self._product_matrix = self.matrix.detach().to_sparse_csr()
+        if self.device.type == "cpu":
+            return torch.from_numpy(np.asarray(self._product_matrix @ X.detach().numpy()))
+        return self._product_matrix @ X
 
     def diagonal(self) -> torch.Tensor:
         rows, cols = _sparse_rows_cols(self.matrix)

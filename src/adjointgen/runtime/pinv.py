@@ -93,10 +93,10 @@ Tolerance = Union[None, float, int, torch.Tensor]
 #: A fast path needs ``sigma_min_lo > CUTOFF_MARGIN * cutoff_up``.
 CUTOFF_MARGIN = 10.0
 #: Factor by which a power-iteration estimate is widened into a bound (see the module docstring).
-SIGMA_SLACK = 2.0
+SIGMA_SLACK = 1.5
 #: Independent random probes per power iteration.
 N_PROBES = 16
-#: Upper bound on the probability that one of the two bounds of one matrix is wrong.
+#: Each of the two bounds (sigma_min, sigma_max) of each matrix is wrong with at most this probability.
 FAILURE_PROBABILITY = 1e-12
 #: The Gram route is refused when the rounding correction exceeds this fraction of the bound.
 GRAM_CORRECTION_MAX = 0.25
@@ -202,6 +202,23 @@ def _resolve_tolerances(A: torch.Tensor, atol: Tolerance, rtol: Tolerance):
     else:
         rtol_t = as_tensor(0.0 if atol > 0 else default_rtol)
     return atol_t, rtol_t
+
+
+def _needs_data_free_path(A: torch.Tensor) -> bool:
+    """True under ``torch.compile`` tracing or inside ``vmap``, where no value can reach the host."""
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor
+    except ImportError:  # pragma: no cover - torch without functorch bindings
+        return False
+    x = A
+    while True:
+        if is_batchedtensor(x):
+            return True
+        if not is_functorch_wrapped_tensor(x):
+            return False
+        x = get_unwrapped(x)
 
 
 @contextlib.contextmanager
@@ -361,7 +378,7 @@ def _gram_candidate(
     sigma_min_lo = torch.sqrt(torch.clamp(lambda_min_lo - correction, min=0.0))
 
     def orient(X_tall: torch.Tensor) -> torch.Tensor:
-        return X_tall.mH.contiguous() if wide else X_tall
+        return X_tall.mH.resolve_conj() if wide else X_tall
 
     def finish_cholesky():
         return orient(torch.cholesky_solve(T.mH, L))  # (T^H T)^-1 T^H
@@ -423,7 +440,9 @@ def pinv_forward(
     the module docstring for the bounds, their failure probability (<= 1e-12 per matrix) and the
     caps. Otherwise the result is ``torch.linalg.pinv``'s, computed by torch. The decision is one
     for the whole batch, taken on the host after a single device→host transfer (one CUDA
-    synchronisation per call). Values only: no autograd graph is recorded.
+    synchronisation per call). Under ``vmap`` or ``torch.compile`` tracing, where no value can reach
+    the host, it simply calls ``torch.linalg.pinv`` (without the value checks). Values only: no
+    autograd graph is recorded.
 
     Args:
         A: float32/float64/complex64/complex128 tensor with at least two dimensions, on any device.
@@ -457,6 +476,9 @@ def pinv_forward(
 
         if A.numel() == 0:
             return result(torch_pinv(), PinvInfo(fallback_method, "empty input", None, None, None))
+        if _needs_data_free_path(A):
+            reason = "traced or vmapped: no host decision possible; computed by torch.linalg.pinv"
+            return result(torch_pinv(), PinvInfo(fallback_method, reason, None, None, None))
 
         # ---- input checks that need the data: gathered now, read with the decision --------------
         frobenius = torch.linalg.matrix_norm(A)  # (batch,)
