@@ -51,7 +51,7 @@ def eigsh_jvp(A, w, V, dA):
     t4 = eigsh_F_mul(xp, w, t2, part='none')
     t5 = xp.matmul(V, t4)
     t6 = _shifted_solve(xp, A, None, V, w, t1)
-    t7 = -1 * t6
+    t7 = -t6
     t8 = t5 + t7
     return t3, t8
 
@@ -73,7 +73,7 @@ def eigsh_vjp(A, w, V, gw, gV):
     t6 = _shifted_solve(xp, A, None, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -1 * t8
+    t9 = -t8
     t10 = t5 + t9
     return t10
 
@@ -94,6 +94,6 @@ def eigsh_vjp_factors(A, w, V, gw, gV):
     t3 = t2
     t4 = xp.matmul(V, t3)
     t5 = _shifted_solve(xp, A, None, V, w, gV)
-    t6 = -1 * t5
+    t6 = -t5
     t7 = t4 + t6
     return t7, V

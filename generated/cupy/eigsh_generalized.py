@@ -43,7 +43,7 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB):
     ``dV = -1/2 V diag(V^T dB V) + V (F ∘ (V^T dA V)) - V (F ∘ (V^T dB V diag(w))) - S[A - d_i B; V](dA V) + S[A - d_i B; V](dB V diag(w))``
     """
     xp = _array_module(A, B, w, V, dA, dB)
-    # Total ops: add 4, add_diag 1, diagonal 3, matmul 6, pairwise_mul 2, scale 4, scale_cols 2, shifted_solve 1, transpose 1
+    # Total ops: add 4, add_diag 1, diagonal 3, matmul 7, pairwise_mul 1, scale 4, scale_cols 2, shifted_solve 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -52,23 +52,23 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB):
     t5 = xp.matmul(t0, t4)
     t6 = t5 * w[..., None, :]
     t7 = xp.diagonal(t6, axis1=-2, axis2=-1).copy()
-    t8 = -1 * t7
+    t8 = -t7
     t9 = t3 + t8
-    t10 = eigsh_generalized_F_mul(xp, w, t2, part='none')
-    t11 = eigsh_generalized_F_mul(xp, w, t6, part='none')
-    t12 = -1 * t11
-    t13 = xp.diagonal(t5, axis1=-2, axis2=-1).copy()
-    t14 = -1/2 * t13
-    t15 = t10 + t12
-    xp.einsum('...ii->...i', t15)[...] += t14
-    t16 = t15
-    t17 = xp.matmul(V, t16)
-    t18 = -1 * t1
-    t19 = V * w[..., None, :]
-    t20 = xp.matmul(dB, t19)
-    t21 = t18 + t20
+    t10 = xp.diagonal(t5, axis1=-2, axis2=-1).copy()
+    t11 = -1/2 * t10
+    t12 = V * w[..., None, :]
+    t13 = xp.matmul(dB, t12)
+    t14 = -t13
+    t15 = t1 + t14
+    t16 = xp.matmul(t0, t15)
+    t17 = eigsh_generalized_F_mul(xp, w, t16, part='none')
+    xp.einsum('...ii->...i', t17)[...] += t11
+    t18 = t17
+    t19 = xp.matmul(V, t18)
+    t20 = -t1
+    t21 = t13 + t20
     t22 = _shifted_solve(xp, A, B, V, w, t21)
-    t23 = t17 + t22
+    t23 = t19 + t22
     return t9, t23
 
 
@@ -91,16 +91,16 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV):
     t6 = _shifted_solve(xp, A, B, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -1 * t8
+    t9 = -t8
     t10 = t5 + t9
     t11 = xp.diagonal(t1, axis1=-2, axis2=-1).copy()
     t12 = -1/2 * t11
     t13 = eigsh_generalized_F_mul(xp, w, t1, part='none')
     t14 = t13 * w[..., None, :]
     t15 = 0.5 * (t14 + xp.swapaxes(t14, -1, -2))
-    t16 = -1 * t15
+    t16 = -t15
     t17 = gw * w
-    t18 = -1 * t17
+    t18 = -t17
     t19 = t12 + t18
     xp.einsum('...ii->...i', t16)[...] += t19
     t20 = t16
@@ -132,12 +132,12 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV):
     t3 = _add_diag(xp, t2, gw)
     t4 = xp.matmul(V, t3)
     t5 = _shifted_solve(xp, A, B, V, w, gV)
-    t6 = -1 * t5
+    t6 = -t5
     t7 = t4 + t6
-    t8 = -1 * t2
-    t9 = -1 * gw
-    xp.einsum('...ii->...i', t8)[...] += t9
-    t10 = t8
+    t8 = -gw
+    t9 = -t2
+    xp.einsum('...ii->...i', t9)[...] += t8
+    t10 = t9
     t11 = t10 * w[..., None, :]
     t12 = xp.diagonal(t1, axis1=-2, axis2=-1).copy()
     t13 = -1/2 * t12

@@ -36,7 +36,7 @@ def eigh_generalized_jvp(w, V, dA, dB):
 
     ``dV = -1/2 V diag(V^T dB V) + V (F ∘ (V^T dA V)) - V (F ∘ (V^T dB V diag(w)))``
     """
-    # Total ops: add 2, add_diag 1, diagonal 3, matmul 7, pairwise_mul 2, scale 3, scale_cols 1, transpose 1
+    # Total ops: add 2, add_diag 1, diagonal 3, matmul 8, pairwise_mul 1, scale 3, scale_cols 1, transpose 1
     t0 = V.mT
     t1 = dA @ V
     t2 = t0 @ t1
@@ -45,17 +45,17 @@ def eigh_generalized_jvp(w, V, dA, dB):
     t5 = dB @ t4
     t6 = t0 @ t5
     t7 = t6.diagonal(dim1=-2, dim2=-1)
-    t8 = -1 * t7
+    t8 = -t7
     t9 = t3 + t8
-    t10 = eigh_generalized_F(w) * t2
-    t11 = eigh_generalized_F(w) * t6
-    t12 = -1 * t11
-    t13 = dB @ V
-    t14 = t0 @ t13
-    t15 = t14.diagonal(dim1=-2, dim2=-1)
-    t16 = -1/2 * t15
-    t17 = t10 + t12
-    t17.diagonal(dim1=-2, dim2=-1).add_(t16)
+    t10 = dB @ V
+    t11 = t0 @ t10
+    t12 = t11.diagonal(dim1=-2, dim2=-1)
+    t13 = -1/2 * t12
+    t14 = -t5
+    t15 = t1 + t14
+    t16 = t0 @ t15
+    t17 = eigh_generalized_F(w) * t16
+    t17.diagonal(dim1=-2, dim2=-1).add_(t13)
     t18 = t17
     t19 = V @ t18
     return t9, t19
@@ -81,9 +81,9 @@ def eigh_generalized_vjp(w, V, gw, gV):
     t8 = eigh_generalized_F(w) * t1
     t9 = t8 * w.unsqueeze(-2)
     t10 = 0.5 * (t9 + t9.mT)
-    t11 = -1 * t10
+    t11 = -t10
     t12 = gw * w
-    t13 = -1 * t12
+    t13 = -t12
     t14 = t13 + t7
     t11.diagonal(dim1=-2, dim2=-1).add_(t14)
     t15 = t11

@@ -44,7 +44,7 @@ def eigsh_jvp(A, w, V, dA):
     t4 = eigsh_F(w) * t2
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, None, V, w, t1)
-    t7 = -1 * t6
+    t7 = -t6
     t8 = t5 + t7
     return t3, t8
 
@@ -65,7 +65,7 @@ def eigsh_vjp(A, w, V, gw, gV):
     t6 = _solvers.shifted_solve(A, None, V, w, gV)
     t7 = t6 @ t0
     t8 = 0.5 * (t7 + t7.mT)
-    t9 = -1 * t8
+    t9 = -t8
     t10 = t5 + t9
     return t10
 
@@ -85,7 +85,7 @@ def eigsh_vjp_factors(A, w, V, gw, gV):
     t3 = t2
     t4 = V @ t3
     t5 = _solvers.shifted_solve(A, None, V, w, gV)
-    t6 = -1 * t5
+    t6 = -t5
     t7 = t4 + t6
     return t7, V
 

@@ -36,7 +36,7 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB):
 
     ``dV = -1/2 V diag(V^T dB V) + V (F ∘ (V^T dA V)) - V (F ∘ (V^T dB V diag(w))) - S[A - d_i B; V](dA V) + S[A - d_i B; V](dB V diag(w))``
     """
-    # Total ops: add 4, add_diag 1, diagonal 3, matmul 6, pairwise_mul 2, scale 4, scale_cols 2, shifted_solve 1, transpose 1
+    # Total ops: add 4, add_diag 1, diagonal 3, matmul 7, pairwise_mul 1, scale 4, scale_cols 2, shifted_solve 1, transpose 1
     t0 = V.mT
     t1 = dA @ V
     t2 = t0 @ t1
@@ -45,23 +45,23 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB):
     t5 = t0 @ t4
     t6 = t5 * w.unsqueeze(-2)
     t7 = t6.diagonal(dim1=-2, dim2=-1)
-    t8 = -1 * t7
+    t8 = -t7
     t9 = t3 + t8
-    t10 = eigsh_generalized_F(w) * t2
-    t11 = eigsh_generalized_F(w) * t6
-    t12 = -1 * t11
-    t13 = t5.diagonal(dim1=-2, dim2=-1)
-    t14 = -1/2 * t13
-    t15 = t10 + t12
-    t15.diagonal(dim1=-2, dim2=-1).add_(t14)
-    t16 = t15
-    t17 = V @ t16
-    t18 = -1 * t1
-    t19 = V * w.unsqueeze(-2)
-    t20 = dB @ t19
-    t21 = t18 + t20
+    t10 = t5.diagonal(dim1=-2, dim2=-1)
+    t11 = -1/2 * t10
+    t12 = V * w.unsqueeze(-2)
+    t13 = dB @ t12
+    t14 = -t13
+    t15 = t1 + t14
+    t16 = t0 @ t15
+    t17 = eigsh_generalized_F(w) * t16
+    t17.diagonal(dim1=-2, dim2=-1).add_(t11)
+    t18 = t17
+    t19 = V @ t18
+    t20 = -t1
+    t21 = t13 + t20
     t22 = _solvers.shifted_solve(A, B, V, w, t21)
-    t23 = t17 + t22
+    t23 = t19 + t22
     return t9, t23
 
 
@@ -83,16 +83,16 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV):
     t6 = _solvers.shifted_solve(A, B, V, w, gV)
     t7 = t6 @ t0
     t8 = 0.5 * (t7 + t7.mT)
-    t9 = -1 * t8
+    t9 = -t8
     t10 = t5 + t9
     t11 = t1.diagonal(dim1=-2, dim2=-1)
     t12 = -1/2 * t11
     t13 = eigsh_generalized_F(w) * t1
     t14 = t13 * w.unsqueeze(-2)
     t15 = 0.5 * (t14 + t14.mT)
-    t16 = -1 * t15
+    t16 = -t15
     t17 = gw * w
-    t18 = -1 * t17
+    t18 = -t17
     t19 = t12 + t18
     t16.diagonal(dim1=-2, dim2=-1).add_(t19)
     t20 = t16
@@ -123,12 +123,12 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV):
     t3 = t2 + torch.diag_embed(gw)
     t4 = V @ t3
     t5 = _solvers.shifted_solve(A, B, V, w, gV)
-    t6 = -1 * t5
+    t6 = -t5
     t7 = t4 + t6
-    t8 = -1 * t2
-    t9 = -1 * gw
-    t8.diagonal(dim1=-2, dim2=-1).add_(t9)
-    t10 = t8
+    t8 = -gw
+    t9 = -t2
+    t9.diagonal(dim1=-2, dim2=-1).add_(t8)
+    t10 = t9
     t11 = t10 * w.unsqueeze(-2)
     t12 = t1.diagonal(dim1=-2, dim2=-1)
     t13 = -1/2 * t12

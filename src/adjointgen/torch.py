@@ -7,14 +7,17 @@ float64, on CPU and CUDA, and is differentiable in reverse and forward mode (``t
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .generated.torch.eigh import EighFunction
 from .generated.torch.eigh_generalized import EighGeneralizedFunction
 from .generated.torch.pinv import PinvFunction
+from .generated.torch.svd import SvdFunction
 from .runtime import checks
 
-__all__ = ["eigh", "eigsh", "pinv"]
+__all__ = ["eigh", "eigsh", "pinv", "svd"]
 
 
 def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
@@ -121,3 +124,51 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
         checks.symmetric(A, "A")
         A = 0.5 * (A + A.mT)  # equal for valid input; the gradient is symmetric, as for eigh
     return PinvFunction.apply(A, (atol, rtol, hermitian))
+
+
+def svd(A: torch.Tensor, full_matrices: bool = False):
+    """Singular value decomposition ``A = U diag(S) Vh`` as :func:`torch.linalg.svd`, with the rule
+    derived in ``derivations/svd.py`` (cotangents on ``U``, ``S`` and ``Vh``, each may be absent).
+
+    Args:
+        A: ``(..., m, n)`` float32/float64.
+        full_matrices: only ``False`` (thin factors, k = min(m, n)) is available so far; for
+            ``m == n`` both are the same and ``True`` is accepted.
+
+    Returns:
+        ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` descending, ``(..., k, n)``.
+
+    Gradients of ``U``, ``Vh`` are defined for distinct nonzero singular values and losses that do
+    not depend on the sign of a singular pair; a warning names the pair when two singular values
+    (or one and zero) are too close for the rule's ``1/(s_j^2 - s_i^2)`` and ``1/s``.
+
+    Raises:
+        ValueError: NaN/Inf, empty dimensions, integer dtype, fewer than two dimensions.
+    """
+    checks.tensor(A, "A")
+    checks.floating(A, "A")
+    checks.matrix(A, "A")
+    checks.finite(A, "A")
+    if full_matrices and A.shape[-1] != A.shape[-2]:
+        raise NotImplementedError("svd(full_matrices=True) for m != n is not available yet")
+    U, S, V = SvdFunction.apply(A)
+    if A.requires_grad and not checks._is_traced(A):
+        _warn_degenerate(S)
+    return U, S, V.mT
+
+
+def _warn_degenerate(S: torch.Tensor) -> None:
+    """Warn when the SVD rule divides by a (near-)zero gap or singular value."""
+    with torch.no_grad():
+        eps = torch.finfo(S.dtype).eps
+        scale = S.amax(-1, keepdim=True).clamp_min(torch.finfo(S.dtype).tiny)
+        tol = (eps ** 0.5) * scale
+        gaps = (S[..., :-1] - S[..., 1:]).abs()
+        small = S.amin(-1)
+        if S.shape[-1] > 1 and bool((gaps <= tol[..., :1]).any()):
+            i = int((gaps <= tol[..., :1]).flatten(0, -2).any(0).nonzero()[0]) if gaps.dim() > 1 else int((gaps <= tol[..., 0]).nonzero()[0])
+            warnings.warn(f"svd: singular values {i} and {i + 1} are (nearly) equal: the gradient of U and V "
+                          "divides by their gap and is ill-defined", UserWarning, stacklevel=3)
+        if bool((small <= tol[..., 0]).any()):
+            warnings.warn("svd: a singular value is (nearly) zero: the gradient of U and V divides by it",
+                          UserWarning, stacklevel=3)

@@ -73,7 +73,16 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
     if isinstance(atom, Skew):
         return [(sp.Integer(-1), (atom,))]
     if isinstance(atom, HadamardProduct):
-        return expand(HadamardProduct(*[Transpose(a) for a in atom.args]), structure)
+        coeff, args = sp.Integer(1), []
+        for a in atom.args:
+            if isinstance(a, PairwiseMatrix):
+                (c, (t,)), = transpose_atom(a, structure)
+                if isinstance(t, Transpose):
+                    raise DerivationError(f"pairwise matrix {a.name} is neither symmetric nor antisymmetric")
+                coeff, args = coeff * c, args + [t]
+            else:
+                args.append(Transpose(a))
+        return [(coeff * c, fs) for c, fs in expand(HadamardProduct(*args), structure)]
     return [(sp.Integer(1), (Transpose(atom),))]
 
 
@@ -143,9 +152,15 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
             if len(fs) == 1 and isinstance(fs[0], Identity):
                 out.append((c, fs))
                 continue
-            if all(isinstance(f, MatrixSymbol) and f.name in structure.diagonal or isinstance(f, DiagPart) for f in fs):
+            is_diag = [isinstance(f, MatrixSymbol) and f.name in structure.diagonal or isinstance(f, DiagPart)
+                       or (isinstance(f, Inverse) and isinstance(f.arg, MatrixSymbol) and f.arg.name in structure.diagonal)
+                       for f in fs]
+            if all(is_diag):
                 out.append((c, fs))  # product of diagonal matrices is diagonal
                 continue
+            others = [f for f, dg in zip(fs, is_diag) if not dg]
+            if len(others) == 1 and isinstance(others[0], MatrixSymbol) and others[0].name in structure.skew:
+                continue  # diag(D1 X D2) = D1 diag(X) D2 = 0 for skew X
             if len(fs) == 1 and isinstance(fs[0], HadamardProduct):
                 pw = [a for a in fs[0].args if isinstance(a, PairwiseMatrix)]
                 if pw and pw[0].definition.diagonal_value == 0:
@@ -431,6 +446,7 @@ def factor_common(terms: list[Term], shape, structure: Structure):
 
     Greedy: the factor shared by the most terms first; deterministic tie-break by name.
     """
+    terms = merge_hadamard(terms, structure)
     if len(terms) <= 1:
         return _factor_inside(build(terms, shape), structure)
     best = None
@@ -544,16 +560,65 @@ def merge_solves(terms: list[Term]) -> list[Term]:
     return rest
 
 
+def merge_hadamard(terms: list[Term], structure: Structure) -> list[Term]:
+    """``c1 F ∘ X + c2 F ∘ Y = F ∘ (c1 X + c2 Y)``; inside, ``Y - Y^T = 2 skew(Y)`` and
+    ``Y + Y^T = 2 sym(Y)``, so the fused kernels see one projection."""
+    groups: dict[str, list] = {}
+    rest = []
+    for c, fs in terms:
+        if len(fs) == 1 and isinstance(fs[0], HadamardProduct):
+            pw = [a for a in fs[0].args if isinstance(a, PairwiseMatrix)]
+            other = [a for a in fs[0].args if not isinstance(a, PairwiseMatrix)]
+            if len(pw) == 1 and len(other) == 1:
+                groups.setdefault(pw[0].name, []).append((c, pw[0], other[0]))
+                continue
+        rest.append((c, fs))
+    for name in sorted(groups):
+        items = groups[name]
+        if len(items) == 1:
+            c, F, X = items[0]
+            rest.append((c, (HadamardProduct(F, X),)))
+            continue
+        inner = collect([(c * c2, fs2) for c, _, X in items for c2, fs2 in expand(X, structure)])
+        inner = _pair_transposes(inner, structure)
+        rest.append((sp.Integer(1), (HadamardProduct(items[0][1], build(inner, items[0][2].shape)),)))
+    return rest
+
+
+def _pair_transposes(terms: list[Term], structure: Structure) -> list[Term]:
+    out, used = [], set()
+    keys = ["*".join(_key(f) for f in fs) for _, fs in terms]
+    for i, (c, fs) in enumerate(terms):
+        if i in used:
+            continue
+        t = expand(Transpose(_monomial(sp.Integer(1), fs)), structure)
+        match = None
+        if len(t) == 1:
+            tc, tfs = t[0]
+            tk = "*".join(_key(f) for f in tfs)
+            for j in range(i + 1, len(terms)):
+                if j not in used and keys[j] == tk and terms[j][0] in (-c * tc, c * tc):
+                    match = j
+                    break
+        if match is None:
+            out.append((c, fs))
+            continue
+        used.add(match)
+        node = Skew if terms[match][0] == -c * t[0][0] else Sym
+        out.append((2 * c, (node(_monomial(sp.Integer(1), fs)),)))
+    return out
+
+
 def simplify_for_codegen(expr, structure: Structure):
     """Merge solves, factor shared outer factors, move projections inward, factor again."""
-    current = factor_common(merge_solves(expand(expr, structure)), expr.shape, structure)
+    current = factor_common(merge_hadamard(merge_solves(expand(expr, structure)), structure), expr.shape, structure)
     for _ in range(8):
         nxt = push_projection_inward(current, structure)
         nxt = _drop_zero(nxt)
         if _key(nxt) == _key(current):
             break
         current = nxt
-    return factor_common(merge_solves(expand(current, structure)), expr.shape, structure)
+    return factor_common(merge_hadamard(merge_solves(expand(current, structure)), structure), expr.shape, structure)
 
 
 def _drop_zero(expr):

@@ -310,31 +310,40 @@ class Derivation:
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
                        label=None) -> tuple[Equation, PairwiseMatrix]:
-        """Write the commutator terms ``c (D X - X D)`` as ``c E ∘ X`` with ``E_ij`` derived.
+        """Write every term ``c D^a X D^b`` (``D`` diagonal) as one ``E ∘ X`` with ``E_ij`` derived:
+        ``D X - X D`` gives ``E_ij = d_i - d_j``; ``X D^2 - D^2 X`` gives ``d_j^2 - d_i^2``.
 
-        The entry formula is obtained by expanding ``D X - X D`` on explicit 3×3 matrices and
-        reading off the coefficient of ``X_01``.
+        The entry formula is read off the expansion on explicit 3×3 matrices: the coefficient of
+        ``X_01`` (with ``d_0, d_1 -> d_i, d_j``) and of ``X_11`` for the diagonal.
         """
-        label = label or f"Hadamard split of {D.name} {X.name} - {X.name} {D.name}"
+        label = label or f"Hadamard split of the terms D^a {X.name} D^b, D = {D.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
-        dx = [(c, fs) for c, fs in res if fs == (D, X)]
-        xd = [(c, fs) for c, fs in res if fs == (X, D)]
-        if len(dx) != 1 or len(xd) != 1 or dx[0][0] != -xd[0][0]:
-            self._fail(label, f"no commutator {D.name} {X.name} - {X.name} {D.name} in {eq}")
-        c = dx[0][0]
-        # derive the entry formula
+
+        def powers(fs):
+            if X not in fs or fs.count(X) != 1:
+                return None
+            j = fs.index(X)
+            if all(f == D for f in fs[:j] + fs[j + 1:]):
+                return j, len(fs) - j - 1
+            return None
+
+        mine = [(c, fs, powers(fs)) for c, fs in res if powers(fs) is not None]
+        if len(mine) < 2:
+            self._fail(label, f"no terms D^a {X.name} D^b with D = {D.name} in {eq}")
         d = sp.symbols("d0:3", real=True)
         x = sp.Matrix(3, 3, lambda i, j: sp.Symbol(f"x{i}{j}"))
-        comm = sp.diag(*d) * x - x * sp.diag(*d)
-        entry = sp.expand(comm[0, 1]).coeff(sp.Symbol("x01"))
-        entry = entry.xreplace({d[0]: DI, d[1]: DJ})
-        diag_entry = sp.expand(comm[1, 1]).coeff(sp.Symbol("x11"))
-        definition = PairwiseDef(name, D.name, entry, sp.sympify(diag_entry),
-                                 origin=label, meaning=f"entries of {D.name}{X.name} - {X.name}{D.name} divided by {X.name}")
+        Dm = sp.diag(*d)
+        explicit = sum((c * Dm ** a * x * Dm ** b for c, _, (a, b) in mine), sp.zeros(3, 3))
+        entry = sp.factor(sp.expand(explicit[0, 1]).coeff(sp.Symbol("x01")).xreplace({d[0]: DI, d[1]: DJ}))
+        diag_entry = sp.simplify(sp.expand(explicit[1, 1]).coeff(sp.Symbol("x11")).xreplace({d[1]: DI}))
+        if diag_entry.free_symbols:
+            self._fail(label, f"{name}_ii = {diag_entry} is not a constant")
+        definition = PairwiseDef(name, D.name, entry, sp.sympify(diag_entry), origin=label,
+                                 meaning=f"entries of the terms D^a {X.name} D^b divided by {X.name}")
         E = PairwiseMatrix.define(definition, D.shape[0])
         self.pairwise[name] = definition
-        rest = [(cc, fs) for cc, fs in res if fs not in ((D, X), (X, D))]
-        new = self._eq(algebra.build(rest, eq.lhs.shape) + c * HadamardProduct(E, X), ZeroMatrix(*eq.lhs.shape))
+        rest = [(cc, fs) for cc, fs in res if powers(fs) is None]
+        new = self._eq(algebra.build(rest, eq.lhs.shape) + HadamardProduct(E, X), ZeroMatrix(*eq.lhs.shape))
 
         def symbolic(env, old=eq, new=new):
             return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)

@@ -181,6 +181,12 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
             return arith.T(ev(e.arg))
         if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
             return arith.inv(ev(e.args[0]))
+        if isinstance(e, sp.MatPow) and e.args[1].is_Integer and e.args[1] > 0:
+            base = ev(e.args[0])
+            out = base
+            for _ in range(int(e.args[1]) - 1):
+                out = arith.matmul(out, base)
+            return out
         if isinstance(e, HadamardProduct):
             vals = [ev(a) for a in e.args]
             out = vals[0]

@@ -77,10 +77,14 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
     start = len(Derivation.created)
     try:
         ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
-    except DerivationError:
+    except DerivationError as exc:
         mine = [d for d in Derivation.created[start:] if d.path == str(Path(path).resolve())]
         if partial and mine:
-            return mine[-1]
+            d = mine[-1]
+            if d.error is None:  # raised inside the engine rather than by a step
+                d.error = str(exc)
+                d._record("error", "engine", None, note=str(exc))
+            return d
         raise
     finally:
         del Derivation.created[start:]

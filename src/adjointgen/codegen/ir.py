@@ -22,6 +22,7 @@ OPS = {
     "scale_cols": "a @ diag(b), b a diagonal stored as a vector",
     "diag_mul": "diag(a) @ diag(b) as vectors",
     "diagonal": "the diagonal of a matrix, as a vector",
+    "reciprocal": "1/d for a diagonal stored as the vector d",
     "skew": "(a - a^T)/2",
     "sym": "(a + a^T)/2",
     "pairwise_mul": "F(d) ∘ a for a pairwise matrix F of the vector d",

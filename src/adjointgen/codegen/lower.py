@@ -13,6 +13,7 @@ import sympy as sp
 from sympy.matrices.expressions import (
     HadamardProduct,
     Identity,
+    Inverse,
     MatAdd,
     MatMul,
     MatrixSymbol,
@@ -96,6 +97,13 @@ class _Builder:
             if isinstance(x, Sym):
                 return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
             return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", [("fn", fn)])
+        if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
+            inner = self.lower(e.args[0])
+            if self.kind(inner) != "diag":
+                raise LoweringError(f"only inverses of diagonal matrices are lowered, not {e}")
+            return self.emit("reciprocal", [inner], "diag")
+        if isinstance(e, sp.MatPow) and e.args[1].is_Integer and e.args[1] > 0:
+            return self.chain([e.args[0]] * int(e.args[1]))
         if isinstance(e, ShiftedSolve):
             A, B, U, D = e.operator
             b = "None" if isinstance(B, Identity) else self.lower(B)

@@ -37,3 +37,9 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     from .pinv import pinv_forward
 
     return pinv_forward(A, atol=atol, rtol=rtol, hermitian=hermitian)
+
+
+def svd(A):
+    """Thin SVD ``A = U diag(S) V^T`` (returns ``V``, not ``V^H``)."""
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    return U, S, Vh.mT

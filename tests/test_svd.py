@@ -1,0 +1,118 @@
+"""Thin SVD: the derived rule against torch.linalg.svd's built-in backward, finite differences and
+the dot-product identity, for tall, wide, square, vector-like and batched shapes."""
+import numpy as np
+import pytest
+import torch
+
+import adjointgen.torch as agt
+from adjointgen.generated.cupy import svd as rules_xp
+from adjointgen.generated.torch import svd as rules
+from helpers import rel
+
+
+def matrix(m, n, batch=(), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*batch, m, n, dtype=torch.float64, generator=g)
+
+
+def loss(U, S, Vh, W1, W2):
+    """Gauge-invariant: U and Vh enter through U diag(S) Vh pieces and projectors."""
+    k = S.shape[-1]
+    Pu = U @ U.mT
+    Pv = Vh.mT @ Vh
+    part = (U[..., :, :1] @ Vh[..., :1, :])  # sign of pair 0 cancels
+    return S.pow(3).sum() + (Pu * W1).sum() + (Pv * W2).sum() + part.pow(2).sum() * 0.3 + (part * (W1[..., :, :1] @ W2[..., :1, :])).sum()
+
+
+@pytest.mark.parametrize("m, n, batch", [(7, 3, ()), (3, 7, ()), (5, 5, ()), (1, 4, ()), (4, 1, ()), (6, 4, (2,)), (3, 5, (2, 2))])
+def test_gradient_matches_torch_builtin(m, n, batch):
+    A = matrix(m, n, batch, seed=m * 7 + n)
+    W1, W2 = matrix(m, m, seed=1), matrix(n, n, seed=2)
+    A1 = A.clone().requires_grad_()
+    g1, = torch.autograd.grad(loss(*agt.svd(A1), W1, W2), A1)
+    A2 = A.clone().requires_grad_()
+    g2, = torch.autograd.grad(loss(*torch.linalg.svd(A2, full_matrices=False), W1, W2), A2)
+    assert rel(g1, g2) <= 1e-10
+
+
+@pytest.mark.parametrize("m, n", [(6, 4), (4, 6), (5, 5)])
+def test_jvp_matches_finite_differences(m, n):
+    A, dA = matrix(m, n, seed=10), matrix(m, n, seed=11)
+    U, S, V = rules_forward(A)
+    dU, dS, dV = rules.svd_jvp(U, S, V, dA)
+    h = 1e-6
+    Up, Sp, Vp = rules_forward(A + h * dA)
+    Um, Sm, Vm = rules_forward(A - h * dA)
+    sign = lambda X, Y: X * torch.sign((X * Y).sum(-2, keepdim=True))
+    assert rel(dS, (Sp - Sm) / (2 * h)) < 1e-7
+    assert rel(dU, (sign(Up, U) - sign(Um, U)) / (2 * h)) < 1e-6
+    assert rel(dV, (sign(Vp, V) - sign(Vm, V)) / (2 * h)) < 1e-6
+
+
+def rules_forward(A):
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    return U, S, Vh.mT
+
+
+def test_vjp_is_adjoint_of_jvp():
+    A, dA = matrix(6, 4, seed=20), matrix(6, 4, seed=21)
+    U, S, V = rules_forward(A)
+    gU, gS, gV = matrix(6, 4, seed=22), torch.randn(4, dtype=torch.float64), matrix(4, 4, seed=23)
+    dU, dS, dV = rules.svd_jvp(U, S, V, dA)
+    gA = rules.svd_vjp(U, S, V, gU, gS, gV)
+    lhs, rhs = float((gA * dA).sum()), float((gU * dU).sum() + (gS * dS).sum() + (gV * dV).sum())
+    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+
+
+def test_only_singular_values_cotangent_and_second_derivatives():
+    A = matrix(5, 3, seed=30).requires_grad_()
+    g1, = torch.autograd.grad(agt.svd(A)[1].pow(2).sum(), A, create_graph=True)
+    g2, = torch.autograd.grad(torch.linalg.svdvals(A).pow(2).sum(), A, create_graph=True)
+    assert rel(g1, g2) < 1e-12
+    h1, = torch.autograd.grad(g1.pow(2).sum(), A)
+    h2, = torch.autograd.grad(g2.pow(2).sum(), A)
+    assert rel(h1, h2) < 1e-9
+
+
+def test_forward_mode_and_vmap():
+    A, dA = matrix(5, 3, seed=40), matrix(5, 3, seed=41)
+    _, (dU, dS, dVh) = torch.func.jvp(agt.svd, (A,), (dA,))
+    _, (rU, rS, rVh) = torch.func.jvp(lambda a: torch.linalg.svd(a, full_matrices=False), (A,), (dA,))
+    assert rel(dS, rS) < 1e-12
+    B = matrix(5, 3, (4,), seed=42)
+    S_v = torch.func.vmap(lambda a: agt.svd(a)[1])(B)
+    assert rel(S_v, torch.linalg.svdvals(B)) < 1e-13
+
+
+def test_numpy_backend_equals_torch_backend():
+    A = matrix(6, 4, (2,), seed=50)
+    U, S, V = rules_forward(A)
+    gU, gS, gV = matrix(6, 4, (2,), seed=51), torch.randn(2, 4, dtype=torch.float64), matrix(4, 4, (2,), seed=52)
+    np.testing.assert_allclose(rules_xp.svd_vjp(U.numpy(), S.numpy(), V.numpy(), gU.numpy(), gS.numpy(), gV.numpy()),
+                               rules.svd_vjp(U, S, V, gU, gS, gV).numpy(), rtol=1e-11, atol=1e-11)
+
+
+def test_float32():
+    A = matrix(8, 5, seed=60).float().requires_grad_()
+    W1, W2 = matrix(8, 8, seed=1).float(), matrix(5, 5, seed=2).float()
+    g1, = torch.autograd.grad(loss(*agt.svd(A), W1, W2), A)
+    A2 = A.detach().clone().requires_grad_()
+    g2, = torch.autograd.grad(loss(*torch.linalg.svd(A2, full_matrices=False), W1, W2), A2)
+    assert g1.dtype == torch.float32 and rel(g1, g2) < 1e-4
+
+
+def test_repeated_singular_values_warn():
+    A = torch.diag(torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64)).requires_grad_()
+    with pytest.warns(UserWarning, match="singular values 0 and 1"):
+        agt.svd(A)
+
+
+@pytest.mark.parametrize("A, match", [
+    (torch.full((3, 2), float("nan"), dtype=torch.float64), "NaN"),
+    (torch.zeros(0, 3, dtype=torch.float64), "empty"),
+    (torch.zeros(3, dtype=torch.float64), "shape"),
+    (torch.zeros(3, 3, dtype=torch.int32), "float"),
+])
+def test_bad_input_raises(A, match):
+    with pytest.raises(ValueError, match=match):
+        agt.svd(A)
