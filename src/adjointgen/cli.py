@@ -26,15 +26,16 @@ def cmd_generate(args) -> int:
             print(exc.report_text, file=sys.stderr)
         print(f"error: {exc}\nnothing was written.", file=sys.stderr)
         return 1
+    remove = gen.stale(files, root) if not args.names else []
     if args.check:
-        diff = gen.check(files, root)
+        diff = gen.check(files, root, remove)
         if diff:
             sys.stdout.write(diff)
             print("\ngenerated/ is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
             return 1
         print(f"generated/ is in sync ({len(files)} files, {time.perf_counter() - t0:.1f} s)")
         return 0
-    written = gen.write(files)
+    written = gen.write(files, remove)
     for p in written:
         print(f"wrote {p.relative_to(root)}")
     print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s")

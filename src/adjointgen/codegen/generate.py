@@ -201,6 +201,8 @@ def _render_operation(root_str: str, name: str):
     op = a.op
     files: dict[Path, str] = {}
     for backend in BACKENDS:
+        if backend.name == "cuda" and not op.kernel_variants:
+            continue  # no elementwise part: no kernels to emit
         template = env.get_template(backend.template)
         sources = [root / op.derivation, root / "templates" / backend.template]
         lines = {}
@@ -234,9 +236,23 @@ class _StepRow:
     symbolic: str
 
 
-def write(files: dict[Path, str]) -> list[Path]:
-    """Write files whose content changed; returns the paths written."""
+def stale(files: dict[Path, str], root: Path) -> list[Path]:
+    """Files in generated/ that a full generation does not produce (a removed derivation's)."""
+    produced = set(files)
+    out = []
+    for sub, pattern in (("torch", "*.py"), ("cupy", "*.py"), ("cuda", "*.cu"), ("reports", "*.md")):
+        for p in sorted((root / "generated" / sub).glob(pattern)):
+            if p not in produced:
+                out.append(p)
+    return out
+
+
+def write(files: dict[Path, str], remove: list[Path] = ()) -> list[Path]:
+    """Write files whose content changed and remove stale ones; returns the paths changed."""
     written = []
+    for path in remove:
+        path.unlink()
+        written.append(path)
     for path, text in sorted(files.items()):
         if path.is_file() and path.read_text() == text:
             continue
@@ -246,9 +262,12 @@ def write(files: dict[Path, str]) -> list[Path]:
     return written
 
 
-def check(files: dict[Path, str], root: Path) -> str:
+def check(files: dict[Path, str], root: Path, remove: list[Path] = ()) -> str:
     """Unified diff between ``generated/`` and freshly rendered files ('' when in sync)."""
     out = []
+    for path in remove:
+        rel = path.relative_to(root).as_posix()
+        out.extend(difflib.unified_diff(path.read_text().splitlines(True), [], f"a/{rel}", "/dev/null"))
     for path, text in sorted(files.items()):
         old = path.read_text() if path.is_file() else ""
         if old != text:
