@@ -116,9 +116,10 @@ def _input_gradient(X, op, params, L, R, needed):
             return None, (None,) * len(params)
         with torch.enable_grad():
             detached = [p.detach().requires_grad_() if isinstance(p, torch.Tensor) else p for p in params]
-            out = op._matvec(R.detach(), *detached)
-            # <sym(L R^T), dA> = <L R^T, dA> for symmetric dA = sum_r L_r^T dA R_r
-            total = (L.detach() * out).sum()
+            # <sym(L R^T), dA> = (sum_r L_r^T dA R_r + R_r^T dA L_r) / 2: two matvecs, so that the
+            # parameters get the gradient of the symmetric cotangent whatever their role
+            total = 0.5 * ((L.detach() * op._matvec(R.detach(), *detached)).sum()
+                           + (R.detach() * op._matvec(L.detach(), *detached)).sum())
             tensors = [p for p in detached if isinstance(p, torch.Tensor) and p.requires_grad]
             grads = iter(torch.autograd.grad(total, tensors, allow_unused=True))
         return None, tuple(next(grads) if isinstance(p, torch.Tensor) and p.requires_grad else None for p in params)

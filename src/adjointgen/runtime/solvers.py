@@ -58,12 +58,41 @@ def shifted_solve(A, B, U, d, X):
         Bf = None if B is None else flat(B)
         out = [shifted_solve(Af[i], None if Bf is None else Bf[i], Uf[i], df[i], Xf[i]) for i in range(Uf.shape[0])]
         return torch.stack(out).reshape(X.shape)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (A, B, U, d, X)):
+        return _IterativeShiftedSolve.apply(A, B, U, d, X, dict(opts))
+    return _iterative(A, B, U, d, X, opts)
+
+
+def _iterative(A, B, U, d, X, opts):
     opA = A if isinstance(A, LinearOperator) else as_operator(A)
     opB = None if B is None else (B if isinstance(B, LinearOperator) else as_operator(B))
     BU = U if opB is None else opB.matmul(U)
     R = X - BU @ (U.mT @ X)  # P X
     tol = opts.get("tol", default_tol(X.dtype))
-    create_graph = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (U, d, X) if isinstance(t, torch.Tensor))
-    return solve_projected_shifted(opA, opB, U, BU, d, R, tol=tol, maxiter=opts.get("maxiter"),
-                                   create_graph=create_graph)
+    return solve_projected_shifted(opA, opB, U, BU, d, R, tol=tol, maxiter=opts.get("maxiter"))
+
+
+class _IterativeShiftedSolve(torch.autograd.Function):
+    """``S(X)`` by block CG with the exact derivative in ``X`` (``S`` is self-adjoint, so the
+    cotangent of ``X`` is ``S(g)``).  Differentiating an iterative solve with respect to the
+    operator (``A``, ``B``, ``U``, shifts) would differentiate the iterate, not the solution; that is
+    refused with an error rather than returned inaccurate."""
+
+    @staticmethod
+    def forward(ctx, A, B, U, d, X, opts):
+        ctx.operands = (A, B, U, d)
+        ctx.opts = opts
+        ctx.save_for_backward(*[t for t in (U, d) if isinstance(t, torch.Tensor)])
+        with torch.no_grad():
+            return _iterative(A, B, U, d, X, opts)
+
+    @staticmethod
+    def backward(ctx, g):
+        A, B, U, d = ctx.operands
+        if any(ctx.needs_input_grad[:4]):
+            raise RuntimeError(
+                "second derivatives through the iterative projected shifted solve (dense n > "
+                f"{DENSE_DIRECT_MAX_N}, sparse or matrix-free input) are not supported; use a dense "
+                f"input with n <= {DENSE_DIRECT_MAX_N} (exact bordered solve) for higher derivatives")
+        with torch.no_grad():
+            return None, None, None, None, _iterative(A, B, U.detach(), d.detach(), g, ctx.opts), None
