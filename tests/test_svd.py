@@ -116,3 +116,26 @@ def test_repeated_singular_values_warn():
 def test_bad_input_raises(A, match):
     with pytest.raises(ValueError, match=match):
         agt.svd(A)
+
+
+@pytest.mark.parametrize("m, n", [(7, 3), (3, 7), (5, 4)])
+def test_full_matrices_complement_projector_loss_matches_finite_differences(m, n):
+    """A loss through U2 U2^T (or V2 V2^T): PyTorch drops that cotangent, the derived rule keeps it."""
+    A = matrix(m, n, seed=70 + m)
+    Wm, Wn = matrix(m, m, seed=71), matrix(n, n, seed=72)
+    k = min(m, n)
+
+    def f(A):
+        U, S, Vh = agt.svd(A, full_matrices=True)
+        U2, V2 = U[..., :, k:], Vh[..., k:, :].mT
+        return ((U2 @ U2.mT) * Wm).sum() + ((V2 @ V2.mT) * Wn).sum() + S.pow(2).sum() + ((U[:, :k] @ U[:, :k].mT) * Wm).sum()
+
+    A1 = A.clone().requires_grad_()
+    g, = torch.autograd.grad(f(A1), A1)
+    dA = matrix(m, n, seed=73)
+    h = 1e-6
+    fd = (f(A + h * dA) - f(A - h * dA)) / (2 * h)
+    assert abs(float((g * dA).sum()) - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
+    # forward mode agrees with reverse mode
+    _, df = torch.func.jvp(f, (A,), (dA,))
+    assert abs(float(df) - float((g * dA).sum())) <= 1e-10 * max(1.0, abs(float(df)))

@@ -132,8 +132,10 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
 
     Args:
         A: ``(..., m, n)`` float32/float64.
-        full_matrices: only ``False`` (thin factors, k = min(m, n)) is available so far; for
-            ``m == n`` both are the same and ``True`` is accepted.
+        full_matrices: ``False``: thin factors, k = min(m, n).  ``True`` with m != n: ``U`` is m×m
+            (or ``Vh`` n×n); the extra columns are an orthonormal basis of the complement, defined
+            only through their span, and a loss that depends on them through their span (e.g. the
+            projector ``U2 U2^T``) gets its exact gradient (``derivations/svd_complement.py``).
 
     Returns:
         ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` descending, ``(..., k, n)``.
@@ -150,7 +152,12 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
     checks.matrix(A, "A")
     checks.finite(A, "A")
     if full_matrices and A.shape[-1] != A.shape[-2]:
-        raise NotImplementedError("svd(full_matrices=True) for m != n is not available yet")
+        from .runtime.svd import SvdFullFunction
+
+        U, S, Vh = SvdFullFunction.apply(A)
+        if A.requires_grad and not checks._is_traced(A):
+            _warn_degenerate(S)
+        return U, S, Vh
     U, S, V = SvdFunction.apply(A)
     if A.requires_grad and not checks._is_traced(A):
         _warn_degenerate(S)

@@ -111,6 +111,7 @@ class Derivation:
         self.symmetric_inputs: set[str] = set()
         self.api_output_order: list[str] | None = None
         self.forward_options: tuple[str, ...] = ()
+        self.partial_rules = False
         self.error: str | None = None
         Derivation.created.append(self)
 
@@ -146,6 +147,13 @@ class Derivation:
         self.api_names[name] = api or name
         self._tangent(s)
         return s
+
+    @property
+    def rule_outputs(self) -> list:
+        """The outputs that have JVP/VJP rules (all of them unless ``set_jvp(partial=True)``)."""
+        if self.jvp is None:
+            return list(self.outputs)
+        return [o for o in self.outputs if self.tangents[o.name].name in self.jvp.raw]
 
     def api_outputs(self, *names: str):
         """Order of the outputs in the generated API (``("w", "V")`` as ``torch.linalg.eigh``)."""
@@ -515,8 +523,12 @@ class Derivation:
         return second
 
     # ------------------------------------------------------------------ rules
-    def set_jvp(self, **solutions: Equation):
-        """Declare the JVP: for each output tangent, an equation ``d<out> = expr(primals, d<in>)``."""
+    def set_jvp(self, partial: bool = False, **solutions: Equation):
+        """Declare the JVP: for each output tangent, an equation ``d<out> = expr(primals, d<in>)``.
+
+        With ``partial``, only the outputs given get rules (the others are primal values the rules
+        use, differentiated by another derivation)."""
+        self.partial_rules = partial
         raw = {}
         allowed = {s.name for s in self.inputs + self.outputs} | {t.name for n, t in self.tangents.items()
                                                                     if n in {s.name for s in self.inputs}}
@@ -524,6 +536,8 @@ class Derivation:
         for out in self.outputs:
             t = self.tangents[out.name]
             if t.name not in solutions:
+                if partial:
+                    continue
                 self._fail("JVP", f"no solution given for {t.name}")
             eq = solutions[t.name]
             if eq.lhs != t:
@@ -558,7 +572,7 @@ class Derivation:
             self._fail("VJP", "set_jvp must come first")
         in_tangents = {self.tangents[s.name].name for s in self.inputs}
         contrib: dict[str, list] = {}
-        for out in self.outputs:
+        for out in self.rule_outputs:
             g = MatrixSymbol("g" + out.name, *out.shape)
             self.cotangents[out.name] = g
             t = self.tangents[out.name].name
@@ -673,7 +687,7 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
         for other in d.inputs:
             if other.name != name:
                 only["d" + other.name] = np.zeros_like(ctx.env["d" + other.name])
-        for out in d.outputs:
+        for out in d.rule_outputs:
             t = d.tangents[out.name].name
             dval = evaluate(d.jvp.raw[t], only, ctx.dims)
             v = float(np.sum(ctx.cotangents["g" + out.name] * dval))
@@ -695,7 +709,7 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
         for other in d.inputs:
             if other.name != name:
                 only["d" + other.name] = sp.zeros(*env["d" + other.name].shape)
-        for out in d.outputs:
+        for out in d.rule_outputs:
             t = d.tangents[out.name].name
             rhs += (env["g" + out.name].T * _explicit(d.jvp.raw[t], only)).trace()
         return sp.Matrix([[lhs - rhs]])

@@ -120,6 +120,9 @@ class OperationIR:
     operator_inputs: tuple[str, ...] = ()
     #: non-tensor arguments of the forward computation (``atol``, ``rtol``), passed through
     forward_options: tuple[str, ...] = ()
+    #: rules for some outputs only (the others' rules live in another derivation): no autograd
+    #: function is generated; the public API combines the rules
+    partial_rules: bool = False
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:

@@ -279,7 +279,8 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     for s in d.inputs:
         t = d.tangents[s.name]
         jvp_params[t.name] = Param("d" + api[s.name], t.name, kind(s.name), "tangent")
-    jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted}
+    ruled = {o.name for o in d.rule_outputs}
+    jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted if s.name in ruled}
     jvp = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
@@ -288,6 +289,8 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
     for s in outputs_sorted:
         vjp_params[s.name] = primal[s.name]
     for s in outputs_sorted:
+        if s.name not in ruled:
+            continue
         g = d.cotangents[s.name]
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
@@ -314,4 +317,5 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         vjp_factors=vjp_factors,
         operator_inputs=tuple(api[s.name] for s in operator_inputs),
         forward_options=tuple(d.forward_options),
+        partial_rules=bool(d.partial_rules),
     )

@@ -1,0 +1,61 @@
+"""Autograd glue for ``svd(A, full_matrices=True)`` with m != n: the thin rules of
+``derivations/svd.py`` plus the complement rules of ``derivations/svd_complement.py`` (a tall A;
+a wide A goes through ``A^T = V S U^T``)."""
+from __future__ import annotations
+
+import torch
+
+from ..generated.torch import svd as thin
+from ..generated.torch import svd_complement as complement
+
+
+def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2):
+    return thin.svd_vjp(U, S, V, gU, gS, gV) + complement.svd_complement_vjp(U, S, V, U2, gU2)
+
+
+def _tall_jvp(U, S, V, U2, dA):
+    dU, dS, dV = thin.svd_jvp(U, S, V, dA)
+    return dU, dS, dV, complement.svd_complement_jvp(U, S, V, U2, dA)
+
+
+class SvdFullFunction(torch.autograd.Function):
+    """``(U_full, S, Vh_full) = svd(A, full_matrices=True)`` for m != n."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A):
+        U, S, Vh = torch.linalg.svd(A, full_matrices=True)
+        return U, S, Vh
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, = inputs
+        ctx.tall = A.shape[-2] >= A.shape[-1]
+        ctx.save_for_backward(*output)
+        ctx.save_for_forward(*output)
+
+    @staticmethod
+    def backward(ctx, gU, gS, gVh):
+        U, S, Vh = ctx.saved_tensors
+        gU = torch.zeros_like(U) if gU is None else gU
+        gS = torch.zeros_like(S) if gS is None else gS
+        gVh = torch.zeros_like(Vh) if gVh is None else gVh
+        k = S.shape[-1]
+        if ctx.tall:  # U = [U1 U2], Vh square
+            return _tall_vjp(U[..., :k], S, Vh.mT, U[..., k:], gU[..., :k], gS, gVh.mT, gU[..., k:])
+        # wide: A^T = V S U^T with V = [V1 V2] tall; U square
+        V = Vh.mT
+        gV = gVh.mT
+        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:]).mT
+
+    @staticmethod
+    def jvp(ctx, dA):
+        U, S, Vh = ctx.saved_tensors
+        k = S.shape[-1]
+        if ctx.tall:
+            dU1, dS, dV, dU2 = _tall_jvp(U[..., :k], S, Vh.mT, U[..., k:], dA)
+            return torch.cat([dU1, dU2], dim=-1), dS, dV.mT
+        V = Vh.mT
+        dV1, dS, dU, dV2 = _tall_jvp(V[..., :k], S, U, V[..., k:], dA.mT)
+        return dU, dS, torch.cat([dV1, dV2], dim=-1).mT
