@@ -43,6 +43,62 @@ def main():
                          f"{t_gen / t_ref:.2f}"))
     print(f"thin SVD backward on {args.device} ({torch.get_num_threads()} threads), median ms")
     print(table(rows, ["dtype", "shape", "adjointgen", "torch", "ratio"]))
+    if args.device == "cpu":
+        truncated(*( (800, 400, 16) if args.quick else (4000, 2000, 16) ))
+        lowrank_accuracy()
+
+
+def truncated(m, n, k):
+    """agt.svds forward + backward vs full torch.linalg.svd forward + backward (keep k)."""
+    import time
+
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(m, n, dtype=torch.float64, generator=g) / (torch.arange(1, n + 1, dtype=torch.float64) ** 0.5)
+    W = torch.randn(m, 3, dtype=torch.float64, generator=g)
+
+    def loss(U, S, Vh):
+        return S.pow(2).sum() + ((U @ U[:3].mT) * W).sum()
+
+    A1 = A.clone().requires_grad_()
+    t0 = time.perf_counter()
+    g1, = torch.autograd.grad(loss(*agt.svds(A1, k)), A1)
+    t_ag = time.perf_counter() - t0
+    A2 = A.clone().requires_grad_()
+    t0 = time.perf_counter()
+    U, S, Vh = torch.linalg.svd(A2, full_matrices=False)
+    g2, = torch.autograd.grad(loss(U[:, :k], S[:k], Vh[:k]), A2)
+    t_full = time.perf_counter() - t0
+    print(f"\ntruncated k = {k} of {m}x{n} float64, forward + backward: adjointgen.svds {t_ag:.2f} s, "
+          f"full svd {t_full:.2f} s, ratio {t_ag / t_full:.2f}; gradient rel. error {float((g1 - g2).norm() / g2.norm()):.1e}")
+
+
+def lowrank_accuracy():
+    """The issue's accuracy case: 200x120, slowly decaying spectrum, k = 10; torch.svd_lowrank's
+    gradient (it differentiates through its random sketch) against the exact one."""
+    g = torch.Generator().manual_seed(2)
+    Q1, _ = torch.linalg.qr(torch.randn(200, 120, dtype=torch.float64, generator=g))
+    Q2, _ = torch.linalg.qr(torch.randn(120, 120, dtype=torch.float64, generator=g))
+    A = (Q1 * torch.arange(1, 121, dtype=torch.float64).rsqrt()) @ Q2.mT
+    k = 10
+
+    def loss(U, S, V):
+        return S.pow(2).sum() + (U @ U.mT)[:, :5].sum()
+
+    def grad(fn):
+        A_ = A.clone().requires_grad_()
+        return torch.autograd.grad(loss(*fn(A_)), A_)[0]
+
+    def full(a):
+        U, S, Vh = torch.linalg.svd(a, full_matrices=False)
+        return U[:, :k], S[:k], Vh[:k].mT
+
+    ref = grad(full)
+    ours = grad(lambda a: (lambda U, S, Vh: (U, S, Vh.mT))(*agt.svds(a, k)))
+    torch.manual_seed(0)
+    low = grad(lambda a: torch.svd_lowrank(a, q=k, niter=4))
+    rel = lambda x: float((x - ref).norm() / ref.norm())
+    print(f"200x120, k = 10, slowly decaying spectrum: gradient rel. error adjointgen.svds {rel(ours):.1e}, "
+          f"torch.svd_lowrank(q=k, niter=4) {rel(low):.1e}")
 
 
 if __name__ == "__main__":

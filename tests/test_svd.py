@@ -139,3 +139,36 @@ def test_full_matrices_complement_projector_loss_matches_finite_differences(m, n
     # forward mode agrees with reverse mode
     _, df = torch.func.jvp(f, (A,), (dA,))
     assert abs(float(df) - float((g * dA).sum())) <= 1e-10 * max(1.0, abs(float(df)))
+
+
+def decaying(m, n, seed=80):
+    g = torch.Generator().manual_seed(seed)
+    Q1, _ = torch.linalg.qr(torch.randn(m, n, dtype=torch.float64, generator=g))
+    Q2, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g))
+    return (Q1 * torch.arange(1, n + 1, dtype=torch.float64).rsqrt()) @ Q2.mT  # slowly decaying spectrum
+
+
+@pytest.mark.parametrize("k", [1, 5, 10])
+@pytest.mark.parametrize("wide", [False, True])
+def test_svds_gradient_matches_dense_reference(k, wide):
+    A = decaying(200, 120)
+    A = A.mT.contiguous() if wide else A
+    m, n = A.shape
+    W1, W2 = matrix(m, m, seed=81), matrix(n, n, seed=82)
+
+    def loss(U, S, Vh):
+        return S.pow(3).sum() + ((U @ U.mT) * W1).sum() + ((Vh.mT @ Vh) * W2).sum()
+
+    A1 = A.clone().requires_grad_()
+    U, S, Vh = agt.svds(A1, k)
+    g, = torch.autograd.grad(loss(U, S, Vh), A1)
+    A2 = A.clone().requires_grad_()
+    U2, S2, Vh2 = torch.linalg.svd(A2, full_matrices=False)
+    r, = torch.autograd.grad(loss(U2[:, :k], S2[:k], Vh2[:k]), A2)
+    assert rel(S, S2[:k]) < 1e-12
+    assert rel(g, r) <= 1e-8
+
+
+def test_svds_bad_k():
+    with pytest.raises(ValueError, match="k must be"):
+        agt.svds(matrix(5, 3), 4)

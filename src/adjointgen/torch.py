@@ -17,7 +17,7 @@ from .generated.torch.pinv import PinvFunction
 from .generated.torch.svd import SvdFunction
 from .runtime import checks
 
-__all__ = ["eigh", "eigsh", "pinv", "svd"]
+__all__ = ["eigh", "eigsh", "pinv", "svd", "svds"]
 
 
 def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
@@ -179,3 +179,45 @@ def _warn_degenerate(S: torch.Tensor) -> None:
         if bool((small <= tol[..., 0]).any()):
             warnings.warn("svd: a singular value is (nearly) zero: the gradient of U and V divides by it",
                           UserWarning, stacklevel=3)
+
+
+def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
+    """The ``k`` largest (or smallest) singular triplets ``A ≈ U diag(S) Vh`` without a full SVD,
+    with the exact gradient, including the coupling to the discarded singular vectors.
+
+    Computed as the partial eigendecomposition of the Gram operator ``X -> A^T (A X)`` (or
+    ``A (A^T X)`` for a wide ``A``), applied matrix-free by :func:`eigsh`, then ``S = sqrt(w)``,
+    ``U = A V S^-1``.  The gradient is the composition of eigsh's derived rule (whose projected
+    shifted solves carry the coupling to the discarded part) with the matvec's and ``A V S^-1``'s
+    autograd, so no n×n matrix is formed.  Singular values below ``sqrt(eps) * S[0]`` lose relative
+    accuracy through the squaring; ``largest=False`` is meant for well-conditioned ``A``.
+
+    Args:
+        A: ``(..., m, n)`` float32/float64 dense tensor.
+        k: ``1 <= k <= min(m, n)``.
+
+    Returns:
+        ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` (descending when ``largest``), ``(..., k, n)``.
+
+    Reverse mode only (forward mode of the matrix-free eigensolver is not available).
+    """
+    from .runtime.linear_operator import LinearOperator
+
+    checks.tensor(A, "A")
+    checks.floating(A, "A")
+    checks.matrix(A, "A")
+    checks.finite(A, "A")
+    m, n = A.shape[-2:]
+    if not isinstance(k, int) or not 1 <= k <= min(m, n):
+        raise ValueError(f"k must be an integer in [1, min(m, n) = {min(m, n)}], got {k!r}")
+    if A.dim() > 2:
+        outs = [svds(a, k, largest=largest, tol=tol, maxiter=maxiter) for a in A.reshape(-1, m, n).unbind(0)]
+        return tuple(torch.stack([o[i] for o in outs]).reshape(*A.shape[:-2], *outs[0][i].shape) for i in range(3))
+    if m < n:
+        Vt, S, Ut = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter)
+        return Ut.mT, S, Vt.mT
+    gram = LinearOperator(lambda X, A_: A_.mT @ (A_ @ X), (n, n), params=(A,), dtype=A.dtype, device=A.device)
+    w, V = eigsh(gram, k, largest=largest, tol=tol, maxiter=maxiter)
+    S = w.clamp_min(0).sqrt()
+    U = (A @ V) / S
+    return U, S, V.mT
