@@ -49,7 +49,7 @@ def test_corrupted_step_fails_audit_and_generate_writes_nothing(root, tmp_path):
         if f.is_file():
             f.write_text("sentinel")
     before = {f: f.read_text() for f in (proj / "generated").rglob("*") if f.is_file()}
-    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(proj), "generate"],
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(proj), "generate", "eigh"],
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "corrupted" in r.stderr and "nothing was written" in r.stderr

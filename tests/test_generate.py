@@ -35,7 +35,7 @@ def test_check_reports_a_diff_when_out_of_date(root, tmp_path):
         shutil.copytree(root / sub, tmp_path / sub)
     target = tmp_path / "generated" / "torch" / "eigh.py"
     target.write_text(target.read_text().replace("t0 = V.mT", "t0 = V.mT  # hand edit"))
-    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", "--check"],
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", "--check", "eigh"],
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "--- a/generated/torch/eigh.py" in r.stdout and "hand edit" in r.stdout
