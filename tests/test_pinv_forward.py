@@ -8,8 +8,8 @@ What is compared, and why the tolerances are what they are:
   ``c * kappa * eps``: the SVD and QR routes are backward stable and first-order perturbation theory
   for the pseudo-inverse at constant rank (Wedin: ``‖B⁺ - A⁺‖ <= sqrt(2) ‖A⁺‖ ‖B⁺‖ ‖B - A‖``) turns
   a backward error ``c * eps`` into that; the inverse from LU factors has the same forward-error
-  bound (Higham, Accuracy and Stability, ch. 14). So their difference is ``<= 2 c kappa eps``. We allow
-  ``ERROR_CONSTANT * kappa * eps`` with ``ERROR_CONSTANT = 10`` and the exact ``kappa`` (computed here
+  bound (Higham, Accuracy and Stability, ch. 14). So their difference is ``<= 2 c kappa eps``. We
+  allow ``ERROR_CONSTANT * kappa * eps`` with ``ERROR_CONSTANT = 10`` and the exact ``kappa`` (computed here
   by SVD in float64). For the normal equations (Cholesky of ``A^T A``) forming ``A^T A`` squares
   the condition number, so the allowance is ``ERROR_CONSTANT * kappa^2 * eps``. In float64 with the
   random matrices below (kappa < 1e3) all of these are below 1e-10, which is asserted as well.
@@ -85,7 +85,13 @@ def eps(dtype) -> float:
 
 @pytest.mark.parametrize(
     "shape, method",
-    [((60, 60), "lu"), ((90, 40), "cholesky"), ((40, 90), "cholesky"), ((3, 30, 30), "lu"), ((2, 3, 50, 20), "cholesky")],
+    [
+        ((60, 60), "lu"),
+        ((90, 40), "cholesky"),
+        ((40, 90), "cholesky"),
+        ((3, 30, 30), "lu"),
+        ((2, 3, 50, 20), "cholesky"),
+    ],
 )
 def test_full_rank_float64_takes_fast_path(shape, method):
     A = gaussian(*shape, seed=1)

@@ -144,9 +144,10 @@ def _check_static(A, atol: Tolerance, rtol: Tolerance, hermitian: bool) -> None:
     if A.dim() < 2:
         raise ValueError(f"pinv: expected a tensor with at least 2 dimensions (..., m, n), got shape {tuple(A.shape)}")
     if A.dtype not in _SUPPORTED_DTYPES:
+        is_integer = not A.dtype.is_floating_point and not A.is_complex()
         raise ValueError(
             f"pinv: unsupported dtype {A.dtype}; expected float32, float64, complex64 or complex128"
-            + (" (convert integer tensors with .double() first)" if not A.dtype.is_floating_point and not A.is_complex() else "")
+            + (" (convert integer tensors with .double() first)" if is_integer else "")
         )
     if hermitian and A.shape[-1] != A.shape[-2]:
         raise ValueError(f"pinv: hermitian=True needs square matrices, got shape {tuple(A.shape)}")
@@ -437,8 +438,8 @@ def pinv_forward(
     A cheap factorization (LU, Cholesky, QR) replaces the SVD when randomized bounds on the extreme
     singular values show that no singular value is within ``CUTOFF_MARGIN`` of the cutoff and that
     the condition number is small enough for that factorization to be as accurate as the SVD; see
-    the module docstring for the bounds, their failure probability (<= 1e-12 per matrix) and the
-    caps. Otherwise the result is ``torch.linalg.pinv``'s, computed by torch. The decision is one
+    the module docstring for the bounds, their failure probability (<= 1e-12 per bound and matrix)
+    and the caps. Otherwise the result is ``torch.linalg.pinv``'s, computed by torch. The decision is one
     for the whole batch, taken on the host after a single device→host transfer (one CUDA
     synchronisation per call). Under ``vmap`` or ``torch.compile`` tracing, where no value can reach
     the host, it simply calls ``torch.linalg.pinv`` (without the value checks). Values only: no
@@ -451,7 +452,8 @@ def pinv_forward(
         return_info: also return a :class:`PinvInfo` describing the route taken.
 
     Returns:
-        ``A⁺``, or ``(A⁺, info)`` when ``return_info``.
+        ``A⁺``, or ``(A⁺, info)`` when ``return_info``. Like ``torch.linalg.inv``, a fast-path result
+        may be laid out column-major (not ``is_contiguous()``); call ``.contiguous()`` if that matters.
 
     Raises:
         ValueError: fewer than 2 dimensions, integer or unsupported dtype, NaN or infinite entries,
