@@ -27,8 +27,8 @@ import adjointgen.torch as agt  # noqa: E402
 
 
 def loss(w, V, W):
-    P = V @ V.mT
-    return (w ** 2).sum() + (P[:, : W.shape[1]] * W).sum()
+    """Gauge-invariant (squares of V^T W) and O(n k): no n×n product."""
+    return (w ** 2).sum() + (V.mT @ W).pow(2).sum()
 
 
 def dense_case(n, k):
@@ -97,14 +97,14 @@ def sparse_case(G, k, lobpcg_limit):
             warnings.simplefilter("ignore")
             wl, _ = torch.lobpcg(Hd.to_sparse_coo(), k=k, largest=True, niter=lobpcg_limit, tol=1e-8)
         t_l = time.perf_counter() - t0
-        note = f"max |w - w_lobpcg| = {float((wl - w.detach()).abs().max()):.1e}"
+        note = f"niter cap {lobpcg_limit}; max |w - w_lobpcg| = {float((wl - w.detach()).abs().max()):.1e}"
     except Exception as exc:
         t_l = time.perf_counter() - t0
         note = f"failed: {type(exc).__name__}"
     rows.append(("torch.lobpcg forward only", f"{t_l:.2f}", note, "-"))
     print(f"\n(b) sparse grid {G}x{G} (n = {n}), k = {k} largest, float64")
     print(table(rows, ["method", "seconds", "notes", "peak RSS growth"]))
-    print(f"speed-up vs torch.lobpcg forward alone: {t_l / t_total:.1f}x")
+    print(f"speed-up vs torch.lobpcg forward alone: {t_l / t_total:.1f}x (a lower bound when lobpcg stopped at its cap)")
 
 
 def sparse_gradient_check(G, k):
@@ -125,7 +125,7 @@ def main():
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     dense_case(600 if args.quick else 2000, 8)
-    sparse_case(60 if args.quick else 300, 8, lobpcg_limit=200 if args.quick else 2000)
+    sparse_case(60 if args.quick else 300, 8, lobpcg_limit=200 if args.quick else 1000)
     sparse_gradient_check(20 if args.quick else 40, 8)
 
 

@@ -128,7 +128,10 @@ def _instances(d: Derivation, seed: int):
 
 
 def _symbolic_env(d: Derivation, size: int = 3):
-    dims = {s: size for s in d.dims}
+    """Explicit matrices with symbolic entries; a derivation may set ``symbolic_sizes`` (by
+    dimension name) to keep long products of generic matrices affordable."""
+    sizes = getattr(d, "symbolic_sizes", None) or {}
+    dims = {s: min(size, sizes.get(s.name, size)) for s in d.dims}
     env = {"__dims__": dims}
     names = set()
     for s in d.inputs + d.outputs:
