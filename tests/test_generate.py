@@ -53,3 +53,17 @@ def test_generated_modules_import_from_the_package():
     import adjointgen.generated.torch.eigh as t
 
     assert callable(t.eigh_vjp) and callable(c.eigh_vjp)
+
+
+def test_every_package_is_listed_for_non_editable_installs(root):
+    """pyproject lists packages explicitly (generated/ is mapped into adjointgen.generated): a
+    subpackage missing there imports in an editable install and fails after `pip install .`."""
+    import tomllib
+
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"adjointgen." + ".".join(p.parent.relative_to(root / "src" / "adjointgen").parts)
+             for p in (root / "src" / "adjointgen").rglob("__init__.py")}
+    found = {f.rstrip(".") for f in found} | {"adjointgen.generated." + p.parent.name
+                                               for p in (root / "generated").glob("*/__init__.py")}
+    found.add("adjointgen.generated")
+    assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"
