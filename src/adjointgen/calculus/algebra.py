@@ -108,9 +108,7 @@ def _cancel_inverses(factors: tuple) -> tuple:
             (isinstance(f, Inverse) and f.arg == out[-1])
             or (isinstance(out[-1], Inverse) and out[-1].arg == f)
         ):
-            removed = out.pop()
-            if not out and f is factors[-1]:
-                return (Identity(removed.shape[0]),)
+            out.pop()
             continue
         out.append(f)
     return tuple(out) if out else (Identity(factors[0].shape[0]),)
