@@ -1,48 +1,68 @@
-"""Thin singular value decomposition ``A = U S V^T``, A m×n, k = min(m, n).
+"""Singular value decomposition ``A = U S V^H``, A m×n real or complex, k = min(m, n), thin factors.
 
-Identities: ``A V = U S``, ``A^T U = V S``, ``U^T U = I``, ``V^T V = I`` (k×k), ``A = U S V^T``.
-``dU^T U`` and ``dV^T V`` are skew; projecting both differentiated identities gives
-``P + S dCV = dCU S + dS`` and ``P^T + S dCU = dCV S + dS`` with ``P = U^T dA V``.  Combining them
-isolates ``dCU S² - S² dCU`` (and the same for ``dCV``), a Hadamard split with
-``E_ij = s_j² - s_i²``.  The parts of ``dU`` and ``dV`` outside span(U), span(V) follow from the
+The derivation runs over complex matrices: ``^T`` below is the conjugate transpose, ``sym``/``skew``
+the Hermitian and anti-Hermitian parts; the engine also specialises every rule to real data.
+
+Identities: ``A V = U S``, ``A^T U = V S``, ``U^T U = I``, ``V^T V = I`` (k×k), ``A = U S V^T``, S real.
+``dCU = U^T dU`` and ``dCV = V^T dV`` are anti-Hermitian; projecting both differentiated identities
+gives ``P + S dCV = dCU S + dS`` and ``P^T + S dCU = dCV S + dS`` with ``P = U^T dA V``.
+Off the diagonal, combining them isolates ``dCU S² - S² dCU`` (and the same for ``dCV``), a
+Hadamard split with ``E_ij = s_j² - s_i²``.  On the diagonal, the Hermitian part gives
+``dS = diag(sym(P))``; the anti-Hermitian part gives only ``diag(dCU) - diag(dCV)``: the columns
+``(u_j, v_j) -> e^{iθ_j} (u_j, v_j)`` leave ``A`` unchanged, a gauge, fixed here by
+``diag(dCU) + diag(dCV) = 0``.  A loss is well defined only if its derivative along that gauge,
+the derived residual ``R = diag(skew(U^T gU + V^T gV))``, vanishes; generated code reports one that
+does not.  (For real data the gauge is a sign, the diagonal terms vanish, and the rules are those of
+the real derivation.)  The parts of ``dU`` and ``dV`` outside span(U), span(V) follow from the
 complement projections and need ``S^-1``: ``(I - UU^T) dA V S^-1``, ``(I - VV^T) dA^T U S^-1``
 (each vanishes when its factor is square).  Sizes: the projectors are m×m and n×n — the slip of the
 hand-written GPU rule in seed 000 (``I - V V^T`` sized with m) cannot happen here.
 
-References: J. Townsend, "Differentiating the singular value decomposition" (2016); Giles (2008).
+References: J. Townsend, "Differentiating the singular value decomposition" (2016); Giles (2008);
+Wan and Zhang, "Automatic differentiation for complex valued SVD" (2019).
 """
 import numpy as np
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity, Inverse
+from adjointgen.calculus import Derivation, Identity, Inverse, ZeroMatrix
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
 def forward(A):
-    U, s, Vt = np.linalg.svd(A, full_matrices=False)
-    return {"U": U, "S": np.diag(s), "V": Vt.T}
+    U, s, Vh = np.linalg.svd(A, full_matrices=False)
+    return {"U": U, "S": np.diag(s), "V": Vh.conj().T}
 
 
-def align_signs(base, out):
-    signs = np.sign(np.sum(base["U"] * out["U"], axis=0))
-    return {"U": out["U"] * signs, "S": out["S"], "V": out["V"] * signs}
+def align_phases(base, out):
+    """Rotate each singular pair (u_j, v_j) by the phase (a sign for real data) that makes
+    ``u0_j^H u_j + v0_j^H v_j`` real positive: the path then satisfies the gauge
+    ``diag(U^H dU + V^H dV) = 0`` that the derivation fixes."""
+    z = np.sum(base["U"].conj() * out["U"], axis=0) + np.sum(base["V"].conj() * out["V"], axis=0)
+    phase = z.conj() / np.abs(z)
+    return {"U": out["U"] * phase, "S": out["S"], "V": out["V"] * phase}
 
 
-def sample(rng, m, n, k):
+def sample(rng, m, n, k, field):
     """A with well-separated singular values in [1, ~k+1] and a random direction dA."""
-    Q1, _ = np.linalg.qr(rng.standard_normal((m, k)))
-    Q2, _ = np.linalg.qr(rng.standard_normal((n, k)))
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
+    Q1, _ = np.linalg.qr(randn(m, k))
+    Q2, _ = np.linalg.qr(randn(n, k))
     s = np.sort(rng.uniform(0, 0.5, k)) + 1 + np.arange(k)
-    A = (Q1 * s) @ Q2.T
-    dA = rng.standard_normal((m, n))
-    base, tan = fd_tangents(forward, {"A": A}, {"A": dA}, align=align_signs)
+    A = (Q1 * s) @ Q2.conj().T
+    dA = randn(m, n)
+    base, tan = fd_tangents(forward, {"A": A}, {"A": dA}, align=align_phases)
     return {"A": A, "dA": dA, "U": base["U"], "S": base["S"], "V": base["V"],
             "dU": tan["U"], "dS": tan["S"], "dV": tan["V"]}
 
 
 # ---------------------------------------------------------------- declarations
-d = Derivation("svd", __file__, title="thin singular value decomposition A = U S V^T",
-               references=("Townsend, Differentiating the SVD (2016)", "Giles, NA-08-01 (2008)"))
+d = Derivation("svd", __file__, title="thin singular value decomposition A = U S V^H (real or complex)",
+               references=("Townsend, Differentiating the SVD (2016)", "Giles, NA-08-01 (2008)",
+                           "Wan and Zhang, arXiv:1909.02659 (2019)"),
+               field="complex")
 m, n, k = d.dim("m"), d.dim("n"), d.dim("k")
 A = d.input("A", m, n)
 U = d.output("U", m, k, orthonormal=True, api="U")
@@ -50,7 +70,9 @@ S = d.output("S", k, k, diagonal=True, api="S")
 V = d.output("V", n, k, orthonormal=True, api="V")
 d.api_outputs("U", "S", "V")
 dA, dU, dS, dV = d.tangent(A), d.tangent(U), d.tangent(S), d.tangent(V)
-d.instances(sample, [{"m": 5, "n": 3, "k": 3}, {"m": 3, "n": 5, "k": 3}, {"m": 4, "n": 4, "k": 4}])
+d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n": 5, "k": 3, "field": "complex"},
+                     {"m": 4, "n": 4, "k": 4, "field": "complex"}, {"m": 5, "n": 3, "k": 3, "field": "real"},
+                     {"m": 3, "n": 4, "k": 3, "field": "real"}])
 
 right = d.identity("right singular vectors: A V = U S", A * V, U * S)
 left = d.identity("left singular vectors: A^T U = V S", A.T * U, V * S)
@@ -73,18 +95,30 @@ b = d.left_multiply(d_left, V.T, "left-multiply dA^T U + A^T dU = dV S + V dS by
 b = d.substitute(b, VtAt, "substitute V^T A^T = S U^T")
 b = d.substitute(b, orth_V, "substitute V^T V = I")
 b = d.use_definition(d.use_definition(b, dCU), dCV)
-dS_sol = d.solve_for(d.diagonal_part(a, "diagonal part (dCU, dCV skew: zero diagonal)"), dS)
+diag_a = d.diagonal_part(a, "diagonal part")
+dS_sol = d.solve_for(d.hermitian_part(diag_a, "Hermitian part: diag(dCU), diag(dCV) are imaginary"), dS)
+
+# ---------------------------------------------------------------- the phases: a gauge
+phases = d.antihermitian_part(diag_a, "anti-Hermitian part: only diag(dCU) - diag(dCV) is determined")
+T = d.imaginary_diagonal("Theta", k)
+fix = d.gauge("(u_j, v_j) -> e^{i theta_j} (u_j, v_j)", T, {U: U * T, V: V * T},
+              fix=(d.diag(dCU) + d.diag(dCV), ZeroMatrix(k, k)))
+gauge_V = d.solve_for(fix, d.diag(dCV))
+phases = d.replace(phases, gauge_V, "substitute diag(dCV) = -diag(dCU)")
+phases = d.right_multiply(phases, Inverse(S), "right-multiply by S^-1")
+dCU_diag = d.solve_for(phases, d.diag(dCU))
+dCV_diag = d.replace(gauge_V, dCU_diag, "substitute diag(dCU)")
 
 # ---------------------------------------------------------------- dCU: (a) S + S (b) eliminates dCV
 cu = d.add(d.right_multiply(a, S, "right-multiply by S"), d.left_multiply(b, S, "left-multiply by S"),
            label="add: the S dCV S terms cancel")
 cu, E = d.hadamard_split(cu, S, dCU, "E")
-dCU_sol, F = d.solve_offdiagonal(cu, dCU, E, "F")
+dCU_sol, F = d.solve_offdiagonal(cu, dCU, E, "F", diagonal=dCU_diag)
 # ---------------------------------------------------------------- dCV: S (a) + (b) S eliminates dCU
 cv = d.add(d.left_multiply(a, S, "left-multiply by S"), d.right_multiply(b, S, "right-multiply by S"),
            label="add: the S dCU S terms cancel")
 cv, E2 = d.hadamard_split(cv, S, dCV, "E")
-dCV_sol, _ = d.solve_offdiagonal(cv, dCV, E2, "F")
+dCV_sol, _ = d.solve_offdiagonal(cv, dCV, E2, "F", diagonal=dCV_diag)
 
 # ---------------------------------------------------------------- outside span(U): W_U = (I - UU^T) dU
 WU = d.introduce("WU", dU - U * dCU)

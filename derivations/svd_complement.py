@@ -1,12 +1,13 @@
 """The extra columns of ``full_matrices=True``: ``U2`` (m×p, p = m - k) spans the orthogonal
-complement of span(U) in the SVD ``A = U S V^T`` of a tall A (m > n = k).
+complement of span(U) in the SVD ``A = U S V^H`` of a tall A (m > n = k), real or complex
+(``^T`` below is the conjugate transpose; the engine also specialises the rule to real data).
 
 ``U2`` is any orthonormal basis of that complement, so only its span is defined; a loss that depends
-on ``U2`` through ``U2 U2^T`` (or is otherwise invariant to ``U2 -> U2 Q``) has a well-defined
-gradient.  Choosing the gauge ``U2^T dU2 = 0`` (the derivative of a Procrustes-aligned path),
-``[U U2]`` square and ``U^T U2 = 0`` give ``dU2 = U (U^T dU2) = -U dU^T U2``, and with ``dU`` from
-the thin derivation, ``dU2 = -U S^-1 V^T dA^T U2``.  (PyTorch drops this cotangent; JAX refuses.)
-A wide A is handled through ``A^T``.
+on ``U2`` through ``U2 U2^T`` (or is otherwise invariant to ``U2 -> U2 Q``, Q unitary) has a
+well-defined gradient.  Choosing the gauge ``U2^T dU2 = 0`` (the derivative of a Procrustes-aligned
+path), ``[U U2]`` square and ``U^T U2 = 0`` give ``dU2 = U (U^T dU2) = -U dU^T U2``, and with ``dU``
+from the thin derivation, ``dU2 = -U S^-1 V^T dA^T U2``.  (PyTorch drops this cotangent; JAX
+refuses.)  A wide A is handled through ``A^T``.
 
 References: MATH.md §4 (full_matrices); Townsend (2016).
 """
@@ -18,24 +19,29 @@ from adjointgen.calculus import Derivation, Identity, Inverse, ZeroMatrix
 
 # ---------------------------------------------------------------- numeric instances for the audit
 def forward(A):
-    U, s, Vt = np.linalg.svd(A, full_matrices=True)
+    U, s, Vh = np.linalg.svd(A, full_matrices=True)
     k = min(A.shape)
-    return {"U": U[:, :k], "S": np.diag(s), "V": Vt[:k].T, "U2": U[:, k:]}
+    return {"U": U[:, :k], "S": np.diag(s), "V": Vh[:k].conj().T, "U2": U[:, k:]}
 
 
 def align(base, out):
-    """Signs of the singular pairs; for U2 the Procrustes rotation onto the base basis, so that the
-    finite-difference tangent satisfies the gauge U2^T dU2 = 0."""
-    signs = np.sign(np.sum(base["U"] * out["U"], axis=0))
-    W, _, Zt = np.linalg.svd(out["U2"].T @ base["U2"])
-    return {"U": out["U"] * signs, "S": out["S"], "V": out["V"] * signs, "U2": out["U2"] @ (W @ Zt)}
+    """Phases (signs) of the singular pairs; for U2 the Procrustes rotation onto the base basis, so
+    that the finite-difference tangent satisfies the gauge U2^H dU2 = 0."""
+    z = np.sum(base["U"].conj() * out["U"], axis=0) + np.sum(base["V"].conj() * out["V"], axis=0)
+    phase = z.conj() / np.abs(z)
+    W, _, Zh = np.linalg.svd(out["U2"].conj().T @ base["U2"])
+    return {"U": out["U"] * phase, "S": out["S"], "V": out["V"] * phase, "U2": out["U2"] @ (W @ Zh)}
 
 
-def sample(rng, m, n, p):
-    Q1, _ = np.linalg.qr(rng.standard_normal((m, n)))
-    Q2, _ = np.linalg.qr(rng.standard_normal((n, n)))
-    A = (Q1 * (np.sort(rng.uniform(0, 0.5, n)) + 1 + np.arange(n))) @ Q2.T
-    dA = rng.standard_normal((m, n))
+def sample(rng, m, n, p, field):
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
+    Q1, _ = np.linalg.qr(randn(m, n))
+    Q2, _ = np.linalg.qr(randn(n, n))
+    A = (Q1 * (np.sort(rng.uniform(0, 0.5, n)) + 1 + np.arange(n))) @ Q2.conj().T
+    dA = randn(m, n)
     base, tan = fd_tangents(forward, {"A": A}, {"A": dA}, align=align)
     return {"A": A, "dA": dA, **base, **{"d" + k: v for k, v in tan.items()}}
 
@@ -43,7 +49,7 @@ def sample(rng, m, n, p):
 # ---------------------------------------------------------------- declarations
 d = Derivation("svd_complement", __file__,
                title="full_matrices SVD: the complement basis U2 of a tall A (through its span)",
-               references=("Townsend, Differentiating the SVD (2016)",))
+               references=("Townsend, Differentiating the SVD (2016)",), field="complex")
 m, n, p = d.dim("m"), d.dim("n"), d.dim("p")
 A = d.input("A", m, n)
 U = d.output("U", m, n, orthonormal=True, api="U")
@@ -52,7 +58,8 @@ V = d.output("V", n, n, orthonormal=True, api="V")
 U2 = d.output("U2", m, p, orthonormal=True, api="U2")
 d.api_outputs("U", "S", "V", "U2")
 dA, dU, dS, dV, dU2 = (d.tangent(x) for x in (A, U, S, V, U2))
-d.instances(sample, [{"m": 5, "n": 3, "p": 2}, {"m": 6, "n": 2, "p": 4}, {"m": 4, "n": 3, "p": 1}])
+d.instances(sample, [{"m": 5, "n": 3, "p": 2, "field": "complex"}, {"m": 6, "n": 2, "p": 4, "field": "complex"},
+                     {"m": 4, "n": 3, "p": 1, "field": "real"}, {"m": 5, "n": 2, "p": 3, "field": "real"}])
 
 right = d.identity("A V = U S", A * V, U * S)
 left = d.identity("A^T U = V S", A.T * U, V * S)

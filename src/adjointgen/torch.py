@@ -148,7 +148,7 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
         ValueError: NaN/Inf, empty dimensions, integer dtype, fewer than two dimensions.
     """
     checks.tensor(A, "A")
-    checks.floating(A, "A")
+    checks.floating(A, "A", complex_ok=True)
     checks.matrix(A, "A")
     checks.finite(A, "A")
     if full_matrices and A.shape[-1] != A.shape[-2]:
@@ -161,7 +161,7 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
     U, S, V = SvdFunction.apply(A)
     if A.requires_grad and not checks._is_traced(A):
         _warn_degenerate(S)
-    return U, S, V.mT
+    return U, S, V.mH
 
 
 def _warn_degenerate(S: torch.Tensor) -> None:

@@ -99,14 +99,21 @@ class _Context:
         self.cotangents = cotangents
 
 
-def _random_structured(rng, shape, name, structure):
+def _random_structured(rng, shape, name, structure, complex_=False):
+    """A random matrix with the declared structure; complex (Hermitian, anti-Hermitian) for the
+    complex instances of a complex derivation, where diagonal symbols stay real (``S``, ``D``)
+    and a skew diagonal symbol is imaginary (a phase)."""
     x = rng.standard_normal(shape)
+    if complex_:
+        x = x + 1j * rng.standard_normal(shape)
+    if name in structure.diagonal and name in structure.skew:
+        return np.diag(1j * np.diag(x).imag) if complex_ else np.zeros(shape)
     if name in structure.diagonal:
-        return np.diag(np.diag(x))
+        return np.diag(np.diag(x).real)
     if name in structure.symmetric:
-        return (x + x.T) / 2
+        return (x + x.conj().T) / 2
     if name in structure.skew:
-        return (x - x.T) / 2
+        return (x - x.conj().T) / 2
     return x
 
 
@@ -117,11 +124,16 @@ def _instances(d: Derivation, seed: int):
         env = dict(d.sampler(rng, **dims_by_name))
         for sym, definition in d.introduced:
             env[sym.name] = evaluate(definition, env, dims)
+        complex_ = any(np.iscomplexobj(v) for v in env.values())
         cot = {}
         for out in d.outputs:
             shape = tuple(int(x.xreplace(dims)) for x in out.shape)
-            cot["g" + out.name] = _random_structured(rng, shape, "g" + out.name, d.structure)
+            cot["g" + out.name] = _random_structured(rng, shape, "g" + out.name, d.structure, complex_)
         env.update(cot)
+        T = d.gauge_parameter
+        if T is not None:
+            shape = tuple(int(x.xreplace(dims)) for x in T.shape)
+            env[T.name] = _random_structured(rng, shape, T.name, d.structure, complex_)
         ctx = _Context(env, dims, d.structure, cot)
         ctx.definitions = {sym.name: definition for sym, definition in d.introduced}
         yield ctx
@@ -137,24 +149,36 @@ def _symbolic_env(d: Derivation, size: int = 3):
     for s in d.inputs + d.outputs:
         names |= {s.name, "d" + s.name, "g" + s.name}
     names |= {s.name for s, _ in d.introduced}
+    extra = [d.gauge_parameter] if d.gauge_parameter is not None else []
+    names |= {s.name for s in extra}
 
     def shape_of(name):
-        for s in d.inputs + d.outputs + [s for s, _ in d.introduced]:
+        for s in d.inputs + d.outputs + [s for s, _ in d.introduced] + extra:
             if name in (s.name, "d" + s.name, "g" + s.name):
                 return tuple(int(x.xreplace(dims)) for x in s.shape)
         raise KeyError(name)
 
+    st = d.structure
+
+    def z(name, i, j):
+        """Entry symbol: real, or ``a + i b`` in a complex derivation."""
+        re = sp.Symbol(f"{name}_{i}{j}", real=True)
+        return re + sp.I * sp.Symbol(f"{name}_{i}{j}_im", real=True) if st.complex else re
+
     for name in sorted(names):
         r, c = shape_of(name)
-        st = d.structure
-        if name in st.diagonal:
+        if name in st.diagonal and name in st.skew:
+            m = sp.diag(*[sp.I * sp.Symbol(f"{name}_{i}_im", real=True) if st.complex else 0 for i in range(r)])
+        elif name in st.diagonal:
             m = sp.diag(*[sp.Symbol(f"{name}_{i}", real=True) for i in range(r)])
         elif name in st.symmetric:
-            m = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{name}_{min(i, j)}{max(i, j)}", real=True))
+            m = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{name}_{i}{i}", real=True) if i == j
+                          else (z(name, i, j) if i < j else sp.conjugate(z(name, j, i))))
         elif name in st.skew:
-            m = sp.Matrix(r, c, lambda i, j: 0 if i == j else (1 if i < j else -1) * sp.Symbol(f"{name}_{min(i, j)}{max(i, j)}", real=True))
+            m = sp.Matrix(r, c, lambda i, j: (sp.I * sp.Symbol(f"{name}_{i}{i}_im", real=True) if st.complex else 0)
+                          if i == j else (z(name, i, j) if i < j else -sp.conjugate(z(name, j, i))))
         else:
-            m = sp.Matrix(r, c, lambda i, j: sp.Symbol(f"{name}_{i}{j}", real=True))
+            m = sp.Matrix(r, c, lambda i, j: z(name, i, j))
         env[name] = m
     return env
 

@@ -68,6 +68,8 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
     if isinstance(atom, Inverse):
         inner = normalize(Transpose(atom.arg), structure)
         return [(sp.Integer(1), (Inverse(inner),))]
+    if isinstance(atom, DiagPart) and structure.complex:  # diag(X)^H = diag(X^H)
+        return _linear_node(DiagPart, expand(Transpose(atom.arg), structure), atom.shape, structure)
     if isinstance(atom, (DiagPart, Sym)):
         return [(sp.Integer(1), (atom,))]
     if isinstance(atom, Skew):
@@ -84,6 +86,83 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
                 args.append(Transpose(a))
         return [(coeff * c, fs) for c, fs in expand(HadamardProduct(*args), structure)]
     return [(sp.Integer(1), (Transpose(atom),))]
+
+
+def is_diagonal_factor(f, structure: Structure) -> bool:
+    """A factor known to be a diagonal matrix (diagonal matrices commute)."""
+    if isinstance(f, Identity) or isinstance(f, DiagPart):
+        return True
+    if isinstance(f, Inverse):
+        f = f.arg
+    return isinstance(f, MatrixSymbol) and not isinstance(f, PairwiseMatrix) and f.name in structure.diagonal
+
+
+def hermiticity(f, structure: Structure) -> int | None:
+    """For a diagonal factor: ``+1`` if it is real (Hermitian), ``-1`` if imaginary
+    (anti-Hermitian), ``None`` if unknown.  Every diagonal factor is real in a real derivation."""
+    if isinstance(f, Identity):
+        return 1
+    if isinstance(f, Inverse):
+        f = f.arg
+    if isinstance(f, MatrixSymbol) and f.name in structure.diagonal:
+        return -1 if f.name in structure.skew else 1
+    if isinstance(f, DiagPart):
+        if not structure.complex:
+            return 1
+        a = f.arg
+        if isinstance(a, Sym):
+            return 1
+        if isinstance(a, Skew):
+            return -1
+        if isinstance(a, MatrixSymbol):
+            if structure.is_symmetric(a.name):
+                return 1
+            if a.name in structure.skew:
+                return -1
+    return None
+
+
+def _product_hermiticity(fs, structure: Structure) -> int | None:
+    """``±1`` when ``fs`` is a product of diagonal factors of known hermiticity."""
+    sign = 1
+    for f in fs:
+        h = hermiticity(f, structure) if is_diagonal_factor(f, structure) else None
+        if h is None:
+            return None
+        sign *= h
+    return sign
+
+
+def _commute_diagonals(fs: tuple, structure: Structure) -> tuple:
+    """Complex derivations: sort each run of adjacent diagonal factors (they commute) and cancel
+    ``M M^-1`` inside it, so that ``S diag(X)`` and ``diag(X) S`` have one normal form."""
+    if not structure.complex or len(fs) < 2:
+        return fs
+    out: list = []
+    run: list = []
+
+    def flush():
+        items = [f for f in run if not isinstance(f, Identity)]
+        i = 0
+        while i < len(items):
+            partner = items[i].arg if isinstance(items[i], Inverse) else Inverse(items[i])
+            j = next((j for j in range(i + 1, len(items)) if items[j] == partner), None)
+            if j is None:
+                i += 1
+                continue
+            items.pop(j)
+            items.pop(i)
+        out.extend(sorted(items, key=_key))
+        run.clear()
+
+    for f in fs:
+        if is_diagonal_factor(f, structure):
+            run.append(f)
+        else:
+            flush()
+            out.append(f)
+    flush()
+    return tuple(out) if out else (Identity(fs[0].shape[0]),)
 
 
 def _product(term_lists: list[list[Term]]) -> list[Term]:
@@ -135,15 +214,20 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
     for c, fs in inner_terms:
         inner = _monomial(sp.Integer(1), fs)
         if node_type is DiagPart:
-            if len(fs) == 1 and isinstance(fs[0], Transpose):
+            if len(fs) == 1 and isinstance(fs[0], Transpose) and not structure.complex:
                 fs = (fs[0].arg,)  # diag(X^T) = diag(X)
                 inner = fs[0]
             if len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
                 if fs[0].name in structure.diagonal:
                     out.append((c, fs))
                     continue
-                if fs[0].name in structure.skew:
+                if fs[0].name in structure.skew and not structure.complex:
                     continue
+            if len(fs) == 1 and isinstance(fs[0], (Sym, Skew)) and not structure.complex:
+                if isinstance(fs[0], Skew):
+                    continue  # a real skew matrix has a zero diagonal
+                out.extend((c * c2, fs2) for c2, fs2 in _linear_node(DiagPart, expand(fs[0].arg, structure), shape, structure))
+                continue  # diag(sym(X)) = diag(X)
             if len(fs) == 1 and isinstance(fs[0], DiagPart):
                 out.append((c, fs))
                 continue
@@ -157,12 +241,38 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
                 out.append((c, fs))  # product of diagonal matrices is diagonal
                 continue
             others = [f for f, dg in zip(fs, is_diag) if not dg]
-            if len(others) == 1 and isinstance(others[0], MatrixSymbol) and others[0].name in structure.skew:
+            if (len(others) == 1 and isinstance(others[0], MatrixSymbol) and others[0].name in structure.skew
+                    and not structure.complex):
                 continue  # diag(D1 X D2) = D1 diag(X) D2 = 0 for skew X
+            if structure.complex and (is_diag[0] or is_diag[-1]):
+                # diag(D1 X D2) = D1 diag(X) D2
+                i0 = is_diag.index(False)
+                i1 = len(fs) - is_diag[::-1].index(False)
+                middle = _linear_node(DiagPart, [(sp.Integer(1), fs[i0:i1])], shape, structure)
+                out.extend((c * c2, _commute_diagonals(fs[:i0] + fs2 + fs[i1:], structure)) for c2, fs2 in middle)
+                continue
             if len(fs) == 1 and isinstance(fs[0], HadamardProduct):
                 pw = [a for a in fs[0].args if isinstance(a, PairwiseMatrix)]
                 if pw and pw[0].definition.diagonal_value == 0:
                     continue
+        if node_type in (Sym, Skew):
+            parity = _product_hermiticity(fs, structure)
+            if parity is not None:  # a real or an imaginary diagonal
+                if (parity == 1) == (node_type is Sym):
+                    out.append((c, fs))
+                continue
+            unknown = [i for i, f in enumerate(fs) if not is_diagonal_factor(f, structure)
+                       or hermiticity(f, structure) is None]
+            if len(unknown) == 1 and isinstance(fs[unknown[0]], DiagPart) and all(is_diagonal_factor(f, structure) for f in fs):
+                # K diag(Y) with K real (p = 1) or imaginary (p = -1) diagonal:
+                # sym(K diag(Y)) = K diag(sym(Y)) (p = 1) or K diag(skew(Y)) (p = -1); skew likewise
+                j = unknown[0]
+                p = _product_hermiticity(fs[:j] + fs[j + 1:], structure)
+                inner_node = node_type if p == 1 else (Skew if node_type is Sym else Sym)
+                inner_terms = _linear_node(inner_node, expand(fs[j].arg, structure), shape, structure)
+                for c2, fs2 in _linear_node(DiagPart, inner_terms, shape, structure):
+                    out.append((c * c2, _commute_diagonals(fs[:j] + fs2 + fs[j + 1:], structure)))
+                continue
         if node_type is Sym and len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
             if structure.is_symmetric(fs[0].name):
                 out.append((c, fs))
@@ -207,7 +317,7 @@ def expand(expr, structure: Structure) -> list[Term]:
     if isinstance(expr, MatMul):
         coeff, mats = expr.as_coeff_matrices()
         parts = [expand(m, structure) for m in mats]
-        return collect((coeff * c, fs) for c, fs in _product(parts))
+        return collect((coeff * c, _commute_diagonals(fs, structure)) for c, fs in _product(parts))
     if isinstance(expr, sp.MatPow):
         base, exp = expr.args
         if exp == -1:
@@ -220,7 +330,7 @@ def expand(expr, structure: Structure) -> list[Term]:
         out = []
         for c, fs in inner:
             parts = [transpose_atom(f, structure) for f in reversed(fs)]
-            out.extend((c * c2, fs2) for c2, fs2 in _product(parts))
+            out.extend((c * c2, _commute_diagonals(fs2, structure)) for c2, fs2 in _product(parts))
         return collect(out)
     if isinstance(expr, LINEAR_NODES):
         return _linear_node(type(expr), expand(expr.arg, structure), expr.shape, structure)
@@ -525,10 +635,10 @@ def push_projection_inward(expr, structure: Structure):
                     return HadamardProduct(pw[0], push_projection_inward(flip(other[0]), structure))
                 if d.is_symmetric:
                     return HadamardProduct(pw[0], push_projection_inward(node(other[0]), structure))
-        if isinstance(inner, DiagPart) or (
-            isinstance(inner, MatrixSymbol) and structure.is_symmetric(inner.name)
-        ):
-            return inner if node is Sym else ZeroMatrix(*inner.shape)
+        parity = hermiticity(inner, structure) if isinstance(inner, DiagPart) else (
+            1 if isinstance(inner, MatrixSymbol) and structure.is_symmetric(inner.name) else None)
+        if parity is not None:
+            return inner if (parity == 1) == (node is Sym) else ZeroMatrix(*inner.shape)
         return node(push_projection_inward(inner, structure))
     if isinstance(expr, (DiagPart,)):
         return DiagPart(push_projection_inward(expr.arg, structure))

@@ -89,12 +89,24 @@ class Derivation:
     #: every Derivation constructed, so a loader can recover a derivation whose script stopped
     created: list["Derivation"] = []
 
-    def __init__(self, name: str, path: str, *, title: str, references: tuple[str, ...] = ()):
+    def __init__(self, name: str, path: str, *, title: str, references: tuple[str, ...] = (),
+                 field: str = "real"):
+        """``field="complex"``: the symbols are complex matrices and ``^T`` is the conjugate
+        transpose (see :class:`~adjointgen.calculus.nodes.Structure`); the VJP is the adjoint under
+        ``<X, Y> = Re tr(X^H Y)``, and the rules are also specialised to real data."""
+        if field not in ("real", "complex"):
+            raise ValueError(f"field must be 'real' or 'complex', not {field!r}")
         self.name = name
+        self.field = field
         self.path = os.path.abspath(path)
         self.title = title
         self.references = references
-        self.structure = Structure()
+        self.structure = Structure(complex=field == "complex")
+        self.gauge_parameter: MatrixSymbol | None = None
+        self.gauge_directions: dict[str, sp.MatrixExpr] = {}
+        self.gauge_rule: Rule | None = None
+        self.real_jvp: Rule | None = None
+        self.real_vjp: Rule | None = None
         self.dims: list[sp.Symbol] = []
         self.inputs: list[MatrixSymbol] = []
         self.outputs: list[MatrixSymbol] = []
@@ -159,6 +171,15 @@ class Derivation:
         """Order of the outputs in the generated API (``("w", "V")`` as ``torch.linalg.eigh``)."""
         self.api_output_order = list(names)
 
+    def imaginary_diagonal(self, name: str, n) -> MatrixSymbol:
+        """An anti-Hermitian diagonal symbol (``i`` times a real diagonal): a phase parameter."""
+        if not self.structure.complex:
+            raise DerivationError(f"{self.path}: an imaginary diagonal needs field='complex'")
+        sym = MatrixSymbol(name, n, n)
+        self.structure.diagonal.add(name)
+        self.structure.skew.add(name)
+        return sym
+
     @staticmethod
     def diag(X):
         """``diag(X)``, the atom for steps that solve for a diagonal part."""
@@ -222,7 +243,7 @@ class Derivation:
         tangents = dict(self.tangents)
 
         def symbolic(env, old=eq, new=new):
-            eps = sp.Symbol("epsilon")
+            eps = sp.Symbol("epsilon", real=True)
             moved = {k: v for k, v in env.items()}
             for name, t in tangents.items():
                 if name in env and t.name in env:
@@ -256,7 +277,7 @@ class Derivation:
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
 
         def symbolic(env, old=eq, new=new):
-            return _explicit(old.residual_expr, env).T - _explicit(new.residual_expr, env)
+            return _explicit(old.residual_expr, env).H - _explicit(new.residual_expr, env)
 
         self._record("transpose", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
@@ -371,6 +392,59 @@ class Derivation:
         self._record("diagonal_part", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
+    def hermitian_part(self, eq: Equation, label="Hermitian part") -> Equation:
+        """``sym(lhs) = sym(rhs)``, ``sym(X) = (X + X^H)/2``: for a diagonal equation, its real
+        part (``sym(S diag(Ω)) = 0`` for real ``S`` and anti-Hermitian ``Ω``)."""
+        return self._part(eq, Sym, label)
+
+    def antihermitian_part(self, eq: Equation, label="anti-Hermitian part") -> Equation:
+        """``skew(lhs) = skew(rhs)``, ``skew(X) = (X - X^H)/2``: for a diagonal equation, ``i``
+        times its imaginary part."""
+        from .nodes import Skew
+
+        return self._part(eq, Skew, label)
+
+    def _part(self, eq, node, label):
+        new = self._eq(node(eq.lhs), node(eq.rhs))
+        sign = 1 if node is Sym else -1
+
+        def symbolic(env, old=eq, new=new):
+            r = _explicit(old.residual_expr, env)
+            return (r + sign * r.H) / 2 - _explicit(new.residual_expr, env)
+
+        self._record("part", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def gauge(self, label: str, parameter: MatrixSymbol, directions: dict, fix: tuple) -> Equation:
+        """A continuous gauge freedom of the outputs and the condition that fixes it.
+
+        ``directions`` maps outputs to their tangent along the gauge (``U -> U Θ``, ``V -> V Θ``)
+        for a ``parameter`` ``Θ`` declared with its structure (an imaginary diagonal for the phases
+        of singular vectors); the inputs do not move.  The step checks numerically that every
+        identity of the operation is unchanged to first order along it, and records ``fix``, a pair
+        ``(lhs, rhs)`` (the gauge choice the sampler's reference forward is aligned to).  :meth:`derive_vjp` then also
+        derives the gauge residual: the derivative of the loss along the gauge, which must vanish
+        for the loss to be well defined."""
+        self.gauge_parameter = parameter
+        self.gauge_directions = {out.name: expr for out, expr in directions.items()}
+        moved = {self.tangents[out.name].name: expr for out, expr in directions.items()}
+        for s in self.inputs + self.outputs:  # the inputs, and the outputs not in the gauge, stay
+            moved.setdefault(self.tangents[s.name].name, ZeroMatrix(*s.shape))
+        for step in list(self.steps):
+            if step.kind != "identity" or step.equation is None:
+                continue
+            eq = step.equation
+            dl = algebra.differential(eq.lhs, self._tangent_of)
+            dr = algebra.differential(eq.rhs, self._tangent_of)
+            along = {self.tangents_by_name(k): v for k, v in moved.items()}
+            inv = Equation(self._norm(dl.xreplace(along)), self._norm(dr.xreplace(along)))
+            self._record("gauge", f"{label}: leaves '{step.label}' unchanged", inv, check=_equation_check(inv),
+                         note="the identity differentiated along the gauge direction")
+        fixed = self._eq(*fix)
+        self._record("gauge", f"gauge choice: {fixed}", fixed, check=_equation_check(fixed),
+                     note="the reference forward of the audit is aligned to this gauge")
+        return fixed
+
     def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
         ``diag(dC)``) appears as one bare term and nowhere else."""
@@ -448,9 +522,17 @@ class Derivation:
 
         def symbolic(env, new=new, solved=solved, old=eq):
             env2 = dict(env)
-            env2[solved.lhs.name] = _explicit(solved.rhs, env)
+            value = _explicit(solved.rhs, env)
+            if isinstance(solved.lhs, DiagPart):  # diag(X) := value: replace the diagonal of X
+                X = solved.lhs.arg.name
+                env2[X] = env[X] - _SYMPY_DIAG(env[X]) + value
+            else:
+                env2[solved.lhs.name] = value
             return _explicit(old.residual_expr, env2) - _explicit(new.residual_expr, env)
 
+        if not isinstance(solved.lhs, MatrixSymbol) and not (
+                isinstance(solved.lhs, DiagPart) and isinstance(solved.lhs.arg, MatrixSymbol)):
+            self._fail(label, f"can only replace a symbol or the diagonal of one, not {solved.lhs}")
         self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
@@ -555,6 +637,22 @@ class Derivation:
             self._record("rewrite", f"JVP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
                          check=_equation_check(Equation(code[k], raw[k])),
                          symbolic=_same_value_symbolic(code[k], raw[k]))
+        self.real_jvp = self._specialize("JVP", raw)
+
+    def _specialize(self, what: str, raw: dict) -> Rule | None:
+        """A complex rule read on real data: renormalised with the real-only rules
+        (``diag(X^T) = diag(X)``, zero diagonal of skew matrices), checked on the real instances."""
+        if not self.structure.complex:
+            return None
+        real = self.structure.real()
+        spec = {k: normalize(v, real) for k, v in raw.items()}
+        code = {k: algebra.simplify_for_codegen(v, real) for k, v in spec.items()}
+        for k in raw:
+            eq = Equation(code[k], raw[k])
+            self._record("specialize", f"{what} {k} on real data: {code[k]}", eq,
+                         check=_real_only(_equation_check(eq)), symbolic=_real_only_symbolic(code[k], raw[k]),
+                         note="checked on the real instances")
+        return Rule(spec, code)
 
     def tangents_by_name(self, name):
         for t in self.tangents.values():
@@ -605,6 +703,30 @@ class Derivation:
                          check=_equation_check(Equation(code[k], raw[k])),
                          symbolic=_same_value_symbolic(code[k], raw[k]))
         self.vjp = Rule(raw, code)
+        self.real_vjp = self._specialize("VJP", raw)
+        if self.gauge_parameter is not None:
+            self._gauge_residual()
+
+    def _gauge_residual(self):
+        """``R`` with ``<R, Θ> = Σ <g_out, direction_out(Θ)>`` for all ``Θ`` of the parameter's
+        structure: the derivative of the loss along the gauge.  A well-defined loss has ``R = 0``."""
+        T = self.gauge_parameter
+        parts = []
+        for out_name, direction in self.gauge_directions.items():
+            g = self.cotangents[out_name]
+            for _, ps in algebra.transpose_linear(direction, {T.name}, g, self.structure).items():
+                parts.extend(ps)
+        from .nodes import Skew
+
+        total = sp.MatAdd(*parts) if len(parts) > 1 else parts[0]
+        projected = DiagPart(total) if T.name not in self.structure.skew else DiagPart(Skew(total))
+        raw = self._norm(projected)
+        eq = Equation(MatrixSymbol("R", *T.shape), raw)
+        self._record("gauge", f"gauge residual R = {raw}: the loss's derivative along the gauge", eq,
+                     check=_gauge_check(self, raw), symbolic=_gauge_symbolic(self, raw),
+                     note="<R, Θ> = Σ <g_out, d_out(Θ)> for a random Θ; a well-defined loss has R = 0")
+        code = {"R": algebra.simplify_for_codegen(raw, self.structure)}
+        self.gauge_rule = Rule({"R": raw}, code)
 
     def _lowrank(self, s, unprojected, k, projected):
         """Split every monomial at its last inner dimension ``k``: ``c F1..Fj (Fj+1..Fp)`` with
@@ -653,16 +775,21 @@ def _equation_check(eq: Equation):
         res = evaluate(eq.residual_expr, ctx.env, ctx.dims)
         from .nodes import Structure
 
-        plain = Structure()  # scale from the terms as written, before structure cancels any
+        plain = Structure(complex=ctx.structure.complex)  # scale from the terms as written, before structure cancels any
         terms = algebra.expand(eq.lhs, plain) + algebra.expand(eq.rhs, plain)
         # each term's size bound |c| Π‖factor‖ (sub-multiplicative): a residual is measured
         # against the size of what was multiplied, also when a product itself is ~0 (U^T dU, k = 1)
         definitions = getattr(ctx, "definitions", {})
 
         def factor_size(f):
+            inner = None
             if isinstance(f, MatrixSymbol) and f.name in definitions:  # the size of what it names
+                inner = definitions[f.name]
+            elif isinstance(f, algebra.LINEAR_NODES):  # ‖diag(X)‖, ‖sym(X)‖ <= ‖X‖
+                inner = f.arg
+            if inner is not None:
                 return sum(abs(float(c2)) * np.prod([factor_size(g) for g in fs2])
-                           for c2, fs2 in algebra.expand(definitions[f.name], plain))
+                           for c2, fs2 in algebra.expand(inner, plain))
             return _frob(evaluate(f, ctx.env, ctx.dims))
 
         scale = sum(abs(float(c)) * np.prod([factor_size(f) for f in fs]) for c, fs in terms)
@@ -680,7 +807,7 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
         env = dict(ctx.env)
         env.update(ctx.cotangents)
         g_in = evaluate(gexpr, env, ctx.dims)
-        lhs = float(np.sum(g_in * ctx.env["d" + name]))
+        lhs = float(np.real(np.vdot(g_in, ctx.env["d" + name])))  # <X, Y> = Re tr(X^H Y)
         rhs = 0.0
         parts = [abs(lhs)]
         only = dict(ctx.env)  # the JVP along this input's tangent alone
@@ -690,7 +817,7 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
         for out in d.rule_outputs:
             t = d.tangents[out.name].name
             dval = evaluate(d.jvp.raw[t], only, ctx.dims)
-            v = float(np.sum(ctx.cotangents["g" + out.name] * dval))
+            v = float(np.real(np.vdot(ctx.cotangents["g" + out.name], dval)))
             rhs += v
             parts.append(abs(v))
         return abs(lhs - rhs), max(sum(parts), np.finfo(float).tiny)
@@ -703,7 +830,7 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
     identity that needs no property of the primal values beyond the declared structure."""
 
     def symbolic(env):
-        lhs = (_explicit(gexpr, env).T * env["d" + name]).trace()
+        lhs = (_explicit(gexpr, env).H * env["d" + name]).trace()
         rhs = 0
         only = dict(env)
         for other in d.inputs:
@@ -711,8 +838,64 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
                 only["d" + other.name] = sp.zeros(*env["d" + other.name].shape)
         for out in d.rule_outputs:
             t = d.tangents[out.name].name
-            rhs += (env["g" + out.name].T * _explicit(d.jvp.raw[t], only)).trace()
-        return sp.Matrix([[lhs - rhs]])
+            rhs += (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
+        return sp.Matrix([[sp.re(sp.expand(lhs - rhs))]])
+
+    return symbolic
+
+
+def _is_complex_env(env) -> bool:
+    import numpy as np
+
+    return any(isinstance(v, np.ndarray) and np.iscomplexobj(v) for v in env.values())
+
+
+def _real_only(check):
+    """A check that applies to the real instances only (complex ones report a zero residual)."""
+
+    def real_check(ctx):
+        if _is_complex_env(ctx.env):
+            return 0.0, 1.0
+        return check(ctx)
+
+    return real_check
+
+
+def _real_only_symbolic(a, b):
+    def symbolic(env):
+        real = {k: (v.applyfunc(sp.re) if isinstance(v, sp.MatrixBase) else v) for k, v in env.items()}
+        return _explicit(a, real) - _explicit(b, real)
+
+    return symbolic
+
+
+def _gauge_check(d: Derivation, rexpr):
+    def check(ctx):
+        import numpy as np
+
+        from .evaluate import evaluate
+
+        env = dict(ctx.env)
+        env.update(ctx.cotangents)
+        T = env[d.gauge_parameter.name]
+        lhs = float(np.real(np.vdot(evaluate(rexpr, env, ctx.dims), T)))
+        parts = [abs(lhs)]
+        rhs = 0.0
+        for out_name, direction in d.gauge_directions.items():
+            v = float(np.real(np.vdot(env["g" + out_name], evaluate(direction, env, ctx.dims))))
+            rhs += v
+            parts.append(abs(v))
+        return abs(lhs - rhs), max(sum(parts), np.finfo(float).tiny)
+
+    return check
+
+
+def _gauge_symbolic(d: Derivation, rexpr):
+    def symbolic(env):
+        T = env[d.gauge_parameter.name]
+        lhs = (_explicit(rexpr, env).H * T).trace()
+        rhs = sum(((env["g" + o].H * _explicit(e, env)).trace() for o, e in d.gauge_directions.items()), 0)
+        return sp.Matrix([[sp.re(sp.expand(lhs - rhs))]])
 
     return symbolic
 

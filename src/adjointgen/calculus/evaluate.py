@@ -1,5 +1,8 @@
 """Evaluate matrix expressions on concrete values: NumPy arrays (numeric audit) or explicit SymPy
-matrices of a small size (symbolic audit).  One interpreter, two arithmetic back ends."""
+matrices of a small size (symbolic audit).  One interpreter, two arithmetic back ends.
+
+``Transpose`` evaluates to the conjugate transpose, which is the transpose of real values: one
+interpreter serves real and complex derivations."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -39,7 +42,7 @@ class _Numpy:
 
     @staticmethod
     def T(a):
-        return a.T
+        return a.conj().T  # ``^T`` is the adjoint: the transpose of real data
 
     @staticmethod
     def inv(a):
@@ -64,7 +67,7 @@ class _Numpy:
         BU = B @ U
         out = np.empty_like(X)
         for i in range(X.shape[1]):
-            M = np.block([[A - d[i] * B, BU], [BU.T, np.zeros((k, k))]])
+            M = np.block([[A - d[i] * B, BU], [BU.conj().T, np.zeros((k, k))]])
             rhs = np.concatenate([X[:, i], np.zeros(k)])
             out[:, i] = np.linalg.solve(M, rhs)[:n]
         return out
@@ -94,7 +97,7 @@ class _Sympy:
 
     @staticmethod
     def T(a):
-        return a.T
+        return a.H  # entries are real symbols, or a + i b with real a, b in complex derivations
 
     @staticmethod
     def inv(a):

@@ -67,7 +67,9 @@ class DiagPart(_UnaryMatrixNode):
     _label = "diag"
 
     def _eval_transpose(self):
-        return self
+        # ``diag(X)^T = diag(X^T)``: equal to ``diag(X)`` for real X; with ``^T`` read as the
+        # conjugate transpose (complex derivations) it conjugates the diagonal
+        return DiagPart(self.arg.T)
 
 
 class Sym(_UnaryMatrixNode):
@@ -187,16 +189,29 @@ class PairwiseMatrix(MatrixSymbol):
 
 @dataclass
 class Structure:
-    """Properties a derivation declares for its symbols, consulted by the rewrite rules."""
+    """Properties a derivation declares for its symbols, consulted by the rewrite rules.
+
+    With ``complex`` set, symbols hold complex matrices and ``X^T`` (``Transpose``) is read as the
+    conjugate transpose ``X^H``: "symmetric" means Hermitian, "skew" anti-Hermitian, ``sym``/``skew``
+    are the Hermitian/anti-Hermitian parts, and scalar coefficients stay real.  Rules that hold only
+    for real matrices (``diag(X^T) = diag(X)``, the zero diagonal of a skew matrix) are then off.
+    Diagonal symbols are real in both fields; a symbol declared both diagonal and skew is an
+    anti-Hermitian (imaginary) diagonal.
+    """
 
     symmetric: set[str] = field(default_factory=set)
     diagonal: set[str] = field(default_factory=set)
     skew: set[str] = field(default_factory=set)
     #: name -> name of the matrix M with ``X^T M X = I`` (``None`` for ``M = I``)
     orthonormal: dict[str, str | None] = field(default_factory=dict)
+    complex: bool = False
 
     def is_symmetric(self, name: str) -> bool:
-        return name in self.symmetric or name in self.diagonal
+        return (name in self.symmetric or name in self.diagonal) and name not in self.skew
+
+    def real(self) -> "Structure":
+        """The same declarations for real matrices (the specialisation of a complex rule)."""
+        return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False)
 
     def describe(self, name: str) -> list[str]:
         props = []

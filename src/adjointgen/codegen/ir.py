@@ -29,6 +29,8 @@ OPS = {
     "pairwise_mul_skew": "F(d) ∘ skew(a), fused",
     "pairwise_mul_sym": "F(d) ∘ sym(a), fused",
     "shifted_solve": "column i of X: w_i with P (A - d_i B) w_i = P x_i, U^T B w_i = 0 (runtime solver)",
+    "diag_sym": "the real part of the diagonal of a (diag(sym(a)) of a complex matrix), as a real vector",
+    "diag_skew": "i times the imaginary part of the diagonal of a (diag(skew(a))), as a vector",
 }
 
 
@@ -81,11 +83,13 @@ class RuleIR:
     """A JVP or VJP rule ready for rendering."""
 
     name: str  # "eigh_jvp"
-    kind: str  # "jvp" or "vjp"
+    kind: str  # "jvp", "vjp", "vjp_factors" or "gauge"
     params: tuple[Param, ...]
     outputs: tuple[tuple[str, str, str], ...]  # (name in code, value name, kind)
     values: tuple[Value, ...]
     formulas: tuple[tuple[str, str], ...]  # (output, formula as derived) for comments
+    #: complex data: ``^T`` is printed as the conjugate transpose
+    complex: bool = False
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -123,10 +127,20 @@ class OperationIR:
     #: rules for some outputs only (the others' rules live in another derivation): no autograd
     #: function is generated; the public API combines the rules
     partial_rules: bool = False
+    #: a complex derivation: ``jvp``/``vjp`` are its specialisation to real data, these the rules
+    #: for complex data, and ``gauge`` the residual a well-defined loss makes zero
+    jvp_complex: RuleIR | None = None
+    vjp_complex: RuleIR | None = None
+    gauge: RuleIR | None = None
+
+    @property
+    def complex(self) -> bool:
+        return self.vjp_complex is not None
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:
-        return (self.jvp, self.vjp) + ((self.vjp_factors,) if self.vjp_factors else ())
+        extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, self.gauge)
+        return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None)
 
     @property
     def uses_shifted_solve(self) -> bool:
@@ -140,4 +154,7 @@ class OperationIR:
             for v in rule.kernels:
                 part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
                 seen.add((v.attr("fn"), part))
+                if rule.complex and part != "none":
+                    # a complex X runs as two real launches: skew_H(X) = skew(Re X) + i sym(Im X)
+                    seen.add((v.attr("fn"), "sym" if part == "skew" else "skew"))
         return tuple(sorted(seen))

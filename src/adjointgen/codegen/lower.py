@@ -108,6 +108,11 @@ class _Builder:
             A, B, U, D = e.operator
             b = "None" if isinstance(B, Identity) else self.lower(B)
             return self.emit("shifted_solve", [self.lower(A), b, self.lower(U), self.lower(D), self.lower(e.arg)], "matrix")
+        if isinstance(e, DiagPart) and isinstance(e.arg, (Sym, Skew)):
+            inner = self.lower(e.arg.arg)
+            if self.kind(inner) == "diag":
+                raise LoweringError(f"diag(sym/skew) of a diagonal should have been simplified: {e}")
+            return self.emit("diag_sym" if isinstance(e.arg, Sym) else "diag_skew", [inner], "diag")
         if isinstance(e, DiagPart):
             inner = self.lower(e.arg)
             return inner if self.kind(inner) == "diag" else self.emit("diagonal", [inner], "diag")
@@ -175,9 +180,10 @@ class _FormulaPrinter(StrPrinter):
     """Formulas for comments and docstrings: ``∘`` for Hadamard products, ``^T`` for transposes,
     symbols renamed to their names in generated code."""
 
-    def __init__(self, rename):
+    def __init__(self, rename, complex_=False):
         super().__init__()
         self.rename = rename
+        self.mark = "^H" if complex_ else "^T"
 
     def _print_MatrixSymbol(self, expr):
         return self.rename.get(expr.name, expr.name)
@@ -190,7 +196,7 @@ class _FormulaPrinter(StrPrinter):
 
     def _print_Transpose(self, expr):
         inner = self._print(expr.arg)
-        return (inner if isinstance(expr.arg, MatrixSymbol) else f"({inner})") + "^T"
+        return (inner if isinstance(expr.arg, MatrixSymbol) else f"({inner})") + self.mark
 
     def _print_MatMul(self, expr):
         c, mats = expr.as_coeff_matrices()
@@ -201,8 +207,8 @@ class _FormulaPrinter(StrPrinter):
         return text if c == 1 else f"{self._print(c)} {text}"
 
 
-def formula(expr, rename) -> str:
-    return _FormulaPrinter(rename).doprint(expr)
+def formula(expr, rename, complex_=False) -> str:
+    return _FormulaPrinter(rename, complex_).doprint(expr)
 
 
 def _size(dim) -> int:
@@ -240,13 +246,20 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
 
     primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
     factor_exprs = [e for pair in getattr(d, "vjp_factors", {}).values() for e in pair]
+    real_jvp = d.real_jvp or d.jvp  # a complex derivation's rules read on real data
+    real_vjp = d.real_vjp or d.vjp
+    if d.real_jvp is not None:
+        factor_exprs += [*real_jvp.code.values(), *real_vjp.code.values()]
+    if d.gauge_rule is not None:
+        factor_exprs += list(d.gauge_rule.code.values())
     used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)})
     pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
     vector_of = {p.symbol: p.vector for p in pairwise}
 
-    def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict):
+    def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
+             complex_=False, suffix=""):
         b = _Builder(params, pw_names, vector_of)
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
@@ -254,12 +267,13 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
             v = b.lower(exprs[key])
             outs.append((out_names[key], v, b.kind(v)))
         return RuleIR(
-            name=f"{d.name}_{kind_}",
+            name=f"{d.name}_{kind_}{suffix}",
             kind=kind_,
             params=tuple(params.values()),
             outputs=tuple(outs),
             values=tuple(b.values),
-            formulas=tuple((out_names[k], formula(formulas[k], rename)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
+            formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
+            complex=complex_,
         )
 
     output_order = [s for s in d.outputs]
@@ -281,7 +295,7 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         jvp_params[t.name] = Param("d" + api[s.name], t.name, kind(s.name), "tangent")
     ruled = {o.name for o in d.rule_outputs}
     jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted if s.name in ruled}
-    jvp = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw)
+    jvp = rule("jvp", real_jvp.code, jvp_params, jvp_out, real_jvp.raw)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
     for s in input_params:
@@ -294,7 +308,15 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         g = d.cotangents[s.name]
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
-    vjp = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw)
+    vjp = rule("vjp", real_vjp.code, vjp_params, vjp_out, real_vjp.raw)
+    jvp_complex = vjp_complex = gauge = None
+    if d.real_jvp is not None:
+        jvp_complex = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
+        vjp_complex = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw, True, "_complex")
+    if d.gauge_rule is not None:
+        gauge_params = {k: v for k, v in vjp_params.items()
+                        if k in {x.name for e in d.gauge_rule.code.values() for x in e.atoms(MatrixSymbol)}}
+        gauge = rule("gauge", d.gauge_rule.code, gauge_params, {"R": "residual"}, d.gauge_rule.raw, True)
     vjp_factors = None
     if getattr(d, "vjp_factors", None):
         exprs, names = {}, {}
@@ -318,4 +340,7 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         operator_inputs=tuple(api[s.name] for s in operator_inputs),
         forward_options=tuple(d.forward_options),
         partial_rules=bool(d.partial_rules),
+        jvp_complex=jvp_complex,
+        vjp_complex=vjp_complex,
+        gauge=gauge,
     )

@@ -26,11 +26,15 @@ class ArrayPrinter:
     #: statement forms that update a single-use temporary argument in place: ``{out}`` is the
     #: value's name; used only when the first argument is a temporary nothing else reads
     inplace: dict = None
+    #: entries that differ for complex data (``^T`` is the conjugate transpose)
+    complex_table: dict = None
 
-    def value(self, v: Value) -> str:
-        if v.op not in self.table:
-            raise KeyError(f"printer '{self.name}' has no entry for operation '{v.op}'")
-        fmt = self.table[v.op]
+    def value(self, v: Value, complex_: bool = False) -> str:
+        table = {**self.table, **(self.complex_table or {})} if complex_ else self.table
+        if v.op not in table:
+            raise KeyError(f"printer '{self.name}' has no entry for operation '{v.op}'"
+                           + (" on complex data" if complex_ else ""))
+        fmt = table[v.op]
         if v.op == "add":
             return " + ".join(v.args)
         if v.op == "scale" and v.attr("coeff") == "-1":
@@ -54,7 +58,7 @@ class ArrayPrinter:
                 out.append((None, inplace.format(*v.args, **dict(v.attrs))))
                 out.append((v.name, v.args[0]))
             else:
-                out.append((v.name, self.value(v)))
+                out.append((v.name, self.value(v, rule.complex)))
         return out
 
 
@@ -81,6 +85,15 @@ TORCH = ArrayPrinter(
     inplace={
         "add_diag": "{0}.diagonal(dim1=-2, dim2=-1).add_({1})",
     },
+    complex_table={
+        "transpose": "{0}.mH",
+        "skew": "0.5 * ({0} - {0}.mH)",
+        "sym": "0.5 * ({0} + {0}.mH)",
+        "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mH)",
+        "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mH)",
+        "diag_sym": "{0}.diagonal(dim1=-2, dim2=-1).real",
+        "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).imag",
+    },
 )
 
 XP = ArrayPrinter(
@@ -105,6 +118,16 @@ XP = ArrayPrinter(
     },
     inplace={
         "add_diag": "xp.einsum('...ii->...i', {0})[...] += {1}",
+    },
+    complex_table={
+        "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",
+        "skew": "0.5 * ({0} - xp.conj(xp.swapaxes({0}, -1, -2)))",
+        "sym": "0.5 * ({0} + xp.conj(xp.swapaxes({0}, -1, -2)))",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none', hermitian=True)",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew', hermitian=True)",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True)",
+        "diag_sym": "xp.diagonal({0}, axis1=-2, axis2=-1).real.copy()",
+        "diag_skew": "1j * xp.diagonal({0}, axis1=-2, axis2=-1).imag",
     },
 )
 

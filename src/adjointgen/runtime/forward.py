@@ -40,6 +40,6 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
 
 
 def svd(A):
-    """Thin SVD ``A = U diag(S) V^T`` (returns ``V``, not ``V^H``)."""
+    """Thin SVD ``A = U diag(S) V^H`` (returns ``V``, not ``V^H``); real or complex ``A``."""
     U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-    return U, S, Vh.mT
+    return U, S, Vh.mH.resolve_conj()  # no lazy-conjugate view: forward mode needs a plain layout

@@ -7,19 +7,27 @@ import torch
 
 from ..generated.torch import svd as thin
 from ..generated.torch import svd_complement as complement
+from . import gauge as _gauge
 
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2):
+    if U.is_complex():
+        if _gauge.enabled():
+            _gauge.check("svd", thin.svd_gauge(U, V, gU, gV), gU, gV)
+        return thin.svd_vjp_complex(U, S, V, gU, gS, gV) + complement.svd_complement_vjp_complex(U, S, V, U2, gU2)
     return thin.svd_vjp(U, S, V, gU, gS, gV) + complement.svd_complement_vjp(U, S, V, U2, gU2)
 
 
 def _tall_jvp(U, S, V, U2, dA):
+    if U.is_complex():
+        dU, dS, dV = thin.svd_jvp_complex(U, S, V, dA)
+        return dU, dS, dV, complement.svd_complement_jvp_complex(U, S, V, U2, dA)
     dU, dS, dV = thin.svd_jvp(U, S, V, dA)
     return dU, dS, dV, complement.svd_complement_jvp(U, S, V, U2, dA)
 
 
 class SvdFullFunction(torch.autograd.Function):
-    """``(U_full, S, Vh_full) = svd(A, full_matrices=True)`` for m != n."""
+    """``(U_full, S, Vh_full) = svd(A, full_matrices=True)`` for m != n, real or complex ``A``."""
 
     generate_vmap_rule = True
 
@@ -43,19 +51,19 @@ class SvdFullFunction(torch.autograd.Function):
         gVh = torch.zeros_like(Vh) if gVh is None else gVh
         k = S.shape[-1]
         if ctx.tall:  # U = [U1 U2], Vh square
-            return _tall_vjp(U[..., :k], S, Vh.mT, U[..., k:], gU[..., :k], gS, gVh.mT, gU[..., k:])
-        # wide: A^T = V S U^T with V = [V1 V2] tall; U square
-        V = Vh.mT
-        gV = gVh.mT
-        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:]).mT
+            return _tall_vjp(U[..., :k], S, Vh.mH, U[..., k:], gU[..., :k], gS, gVh.mH, gU[..., k:])
+        # wide: A^H = V S U^H with V = [V1 V2] tall; U square
+        V = Vh.mH
+        gV = gVh.mH
+        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:]).mH
 
     @staticmethod
     def jvp(ctx, dA):
         U, S, Vh = ctx.saved_tensors
         k = S.shape[-1]
         if ctx.tall:
-            dU1, dS, dV, dU2 = _tall_jvp(U[..., :k], S, Vh.mT, U[..., k:], dA)
-            return torch.cat([dU1, dU2], dim=-1), dS, dV.mT
-        V = Vh.mT
-        dV1, dS, dU, dV2 = _tall_jvp(V[..., :k], S, U, V[..., k:], dA.mT)
-        return dU, dS, torch.cat([dV1, dV2], dim=-1).mT
+            dU1, dS, dV, dU2 = _tall_jvp(U[..., :k], S, Vh.mH, U[..., k:], dA)
+            return torch.cat([dU1, dU2], dim=-1), dS, dV.mH
+        V = Vh.mH
+        dV1, dS, dU, dV2 = _tall_jvp(V[..., :k], S, U, V[..., k:], dA.mH)
+        return dU, dS, torch.cat([dV1, dV2], dim=-1).mH

@@ -37,8 +37,17 @@ def _module(op: str):
     return cupy.RawModule(code=source, options=("--std=c++14",))
 
 
-def launch_pairwise_kernel(op: str, fn: str, part: str, w, X, threads: int = 256):
-    """Run the generated kernel ``<fn>_mul_<part>_<f32|f64>`` of ``generated/cuda/<op>.cu``."""
+def launch_pairwise_kernel(op: str, fn: str, part: str, w, X, threads: int = 256, hermitian: bool = False):
+    """Run the generated kernel ``<fn>_mul_<part>_<f32|f64>`` of ``generated/cuda/<op>.cu``.
+
+    A complex ``X`` runs as two real launches on its real and imaginary parts (``F`` is real):
+    ``F ∘ skew(X) = F ∘ skew(Re X) + i F ∘ sym(Im X)`` for the anti-Hermitian part
+    (``hermitian=True``), and the mirror identity for the Hermitian part."""
+    if X.dtype.kind == "c":
+        flip = {"none": "none", "skew": "sym", "sym": "skew"}[part] if hermitian else part
+        real = launch_pairwise_kernel(op, fn, part, w, cupy.ascontiguousarray(X.real), threads)
+        imag = launch_pairwise_kernel(op, fn, flip, w, cupy.ascontiguousarray(X.imag), threads)
+        return real + 1j * imag
     if X.dtype not in (numpy.float32, numpy.float64):
         raise TypeError(f"{fn}: CUDA kernels exist for float32 and float64, not {X.dtype}")
     suffix = "f32" if X.dtype == numpy.float32 else "f64"

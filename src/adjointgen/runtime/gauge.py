@@ -1,0 +1,68 @@
+"""The gauge check of complex decompositions.
+
+The singular vectors of a complex matrix are defined up to a phase per pair,
+``(u_j, v_j) -> e^{iθ_j} (u_j, v_j)``.  A loss has a gradient only if it does not depend on those
+phases; the derivation (``derivations/svd.py``) derives the loss's derivative along them, the
+residual ``R = diag(skew(U^H gU + V^H gV))``, which is zero for a well-defined loss.  The generated
+backward evaluates it and calls :func:`check`; the check reads the result on the host, which is a
+device-to-host synchronisation on a GPU.  Turn it off with :func:`set_enabled` (or the
+:func:`disabled` context manager) and nothing is computed or synchronised.
+"""
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["PhaseDependentLossError", "check", "disabled", "enabled", "set_enabled"]
+
+_ENABLED = True
+
+
+class PhaseDependentLossError(ValueError):
+    """The loss depends on the phase of a singular vector: its gradient is not defined."""
+
+
+def enabled() -> bool:
+    """Whether backward passes check the gauge residual (the default)."""
+    return _ENABLED
+
+
+def set_enabled(flag: bool) -> None:
+    """Turn the gauge check on or off for the whole process (the autograd engine may run backward
+    on other threads, so this is a process-wide setting rather than a context variable)."""
+    global _ENABLED
+    _ENABLED = bool(flag)
+
+
+@contextlib.contextmanager
+def disabled():
+    """``with disabled(): loss.backward()`` skips the check (and its GPU synchronisation)."""
+    previous = enabled()
+    set_enabled(False)
+    try:
+        yield
+    finally:
+        set_enabled(previous)
+
+
+def check(op: str, residual, *cotangents) -> None:
+    """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
+    the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``)."""
+    import torch
+
+    from .checks import _is_traced
+
+    if _is_traced(residual):
+        return
+    with torch.no_grad():
+        real = residual.real.dtype if residual.is_complex() else residual.dtype
+        eps = torch.finfo(real).eps
+        scale = sum(g.abs().pow(2).sum(-2).sqrt() for g in cotangents)
+        bad = residual.abs() > (eps ** 0.5) * scale + torch.finfo(real).tiny
+        if bool(bad.any()):
+            j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
+            worst = float((residual.abs() / scale.clamp_min(torch.finfo(real).tiny)).max())
+            raise PhaseDependentLossError(
+                f"{op}: the loss depends on the phase of singular pair {j} (relative residual {worst:.2e}): "
+                "complex singular vectors are defined only up to a phase e^{i theta} per pair "
+                "(u_j, v_j), and a loss must be invariant to it, e.g. use |U|, U U^H or U diag(S) V^H "
+                "instead of U itself. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
