@@ -70,9 +70,9 @@ S = d.output("S", k, k, diagonal=True, api="S")
 V = d.output("V", n, k, orthonormal=True, api="V")
 d.api_outputs("U", "S", "V")
 dA, dU, dS, dV = d.tangent(A), d.tangent(U), d.tangent(S), d.tangent(V)
-d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n": 5, "k": 3, "field": "complex"},
-                     {"m": 4, "n": 4, "k": 4, "field": "complex"}, {"m": 5, "n": 3, "k": 3, "field": "real"},
-                     {"m": 3, "n": 4, "k": 3, "field": "real"}])
+d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n": 4, "k": 3, "field": "complex"},
+                     {"m": 4, "n": 4, "k": 4, "field": "real"}, {"m": 3, "n": 5, "k": 3, "field": "real"}])
+d.symbolic_sizes = {"k": 2}  # explicit complex 3×3 / 3×2 / 2×2 matrices: k < m, n keeps the projections nontrivial
 
 right = d.identity("right singular vectors: A V = U S", A * V, U * S)
 left = d.identity("left singular vectors: A^T U = V S", A.T * U, V * S)

@@ -765,18 +765,30 @@ def _frob(x):
 
 
 def _equation_check(eq: Equation):
-    """Numeric residual ``‖lhs - rhs‖ / scale`` with the scale from the sizes of the terms."""
+    """Numeric residual ``‖lhs - rhs‖ / scale`` with the scale from the sizes of the terms.
+
+    The symbolic work (the residual expression, the term lists) is done once per step and reused
+    for every instance."""
+    cache: dict = {}
 
     def check(ctx):
         import numpy as np
 
         from .evaluate import evaluate
-
-        res = evaluate(eq.residual_expr, ctx.env, ctx.dims)
         from .nodes import Structure
 
         plain = Structure(complex=ctx.structure.complex)  # scale from the terms as written, before structure cancels any
-        terms = algebra.expand(eq.lhs, plain) + algebra.expand(eq.rhs, plain)
+
+        def expanded(e):
+            key = ("expand", sp.srepr(e))
+            if key not in cache:
+                cache[key] = algebra.expand(e, plain)
+            return cache[key]
+
+        if "residual" not in cache:
+            cache["residual"] = eq.residual_expr
+        res = evaluate(cache["residual"], ctx.env, ctx.dims)
+        terms = expanded(eq.lhs) + expanded(eq.rhs)
         # each term's size bound |c| Π‖factor‖ (sub-multiplicative): a residual is measured
         # against the size of what was multiplied, also when a product itself is ~0 (U^T dU, k = 1)
         definitions = getattr(ctx, "definitions", {})
@@ -789,7 +801,7 @@ def _equation_check(eq: Equation):
                 inner = f.arg
             if inner is not None:
                 return sum(abs(float(c2)) * np.prod([factor_size(g) for g in fs2])
-                           for c2, fs2 in algebra.expand(inner, plain))
+                           for c2, fs2 in expanded(inner))
             return _frob(evaluate(f, ctx.env, ctx.dims))
 
         scale = sum(abs(float(c)) * np.prod([factor_size(f) for f in fs]) for c, fs in terms)
@@ -839,7 +851,7 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
         for out in d.rule_outputs:
             t = d.tangents[out.name].name
             rhs += (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
-        return sp.Matrix([[sp.re(sp.expand(lhs - rhs))]])
+        return sp.Matrix([[_real_part(lhs - rhs)]])
 
     return symbolic
 
@@ -895,9 +907,14 @@ def _gauge_symbolic(d: Derivation, rexpr):
         T = env[d.gauge_parameter.name]
         lhs = (_explicit(rexpr, env).H * T).trace()
         rhs = sum(((env["g" + o].H * _explicit(e, env)).trace() for o, e in d.gauge_directions.items()), 0)
-        return sp.Matrix([[sp.re(sp.expand(lhs - rhs))]])
+        return sp.Matrix([[_real_part(lhs - rhs)]])
 
     return symbolic
+
+
+def _real_part(x):
+    """``Re x`` for an expression in real symbols and ``i``: ``(x + conj x)/2``, ``conj`` flipping ``i``."""
+    return (x + x.xreplace({sp.I: -sp.I})) / 2
 
 
 def _same_value_symbolic(a, b):
