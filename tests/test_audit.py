@@ -69,3 +69,23 @@ def test_corrupted_solution_step_is_caught_numerically(root, tmp_path):
 
     with pytest.raises(DerivationError, match="substitute U U\\^T = I"):
         gen.load_derivation_file(path)
+
+
+@pytest.mark.parametrize("good, bad, failing", [
+    # a wrong gauge choice: the reference forward is aligned to diag(dCU) + diag(dCV) = 0
+    ("fix=(d.diag(dCU) + d.diag(dCV), ZeroMatrix(k, k))", "fix=(d.diag(dCU) - d.diag(dCV), ZeroMatrix(k, k))",
+     "gauge choice"),
+    # a direction that is not a gauge: (u, v) -> (u e^{iθ}, v e^{-iθ}) changes A
+    ("{U: U * T, V: V * T}", "{U: U * T, V: -V * T}", "leaves 'right singular vectors"),
+])
+def test_corrupted_complex_gauge_fails_audit(root, tmp_path, good, bad, failing):
+    proj = _copy_project(root, tmp_path)
+    path = proj / "derivations" / "svd.py"
+    src = path.read_text()
+    assert good in src
+    path.write_text(src.replace(good, bad))
+    d = gen.load_derivation_file(path, partial=True)
+    report = audit(d, symbolic=False)
+    first = report.first_failure()
+    assert first is not None and failing in first.label
+    assert first.residual > 1e-3

@@ -168,3 +168,46 @@ def test_codegen_rewrites_push_sym_inside_and_factor():
     out = algebra.simplify_for_codegen(expr, st)
     assert same(out, U * (HadamardProduct(F, Skew(Transpose(U) * G)) + D) * Transpose(U), st)
     assert str(out).count("U.T") == 2  # one in U^T G, one closing a single sandwich (not two)
+
+
+# ---------------------------------------------------------------- complex derivations (^T = ^H)
+def test_complex_structure_switches_off_real_only_rules():
+    real = Structure(diagonal={"D"}, skew={"X"})
+    cplx = Structure(diagonal={"D"}, skew={"X"}, complex=True)
+    # diag(A^T) = diag(A) only for real A; a complex anti-Hermitian X has an imaginary diagonal
+    assert normalize(DiagPart(Transpose(A)), real) == DiagPart(A)
+    assert normalize(DiagPart(Transpose(A)), cplx) != DiagPart(A)
+    assert normalize(DiagPart(X), real) == ZeroMatrix(n, n)
+    assert normalize(DiagPart(X), cplx) == DiagPart(X)
+    # the adjoint of diag(A) is diag(A^H)
+    assert same(Transpose(DiagPart(A)), DiagPart(Transpose(A)), cplx)
+    # a real diagonal times an imaginary one is imaginary: its Hermitian part vanishes
+    assert normalize(Sym(D * DiagPart(X)), cplx) == ZeroMatrix(n, n)
+    assert same(Skew(D * DiagPart(X)), D * DiagPart(X), cplx)
+    # diagonal factors commute and cancel: S diag(Y) S^-1 = diag(Y)
+    assert same(D * DiagPart(A) * Inverse(D), DiagPart(A), cplx)
+    # sym(D diag(A)) = D diag(sym(A)) for real D
+    assert same(Sym(D * DiagPart(A)), D * DiagPart(Sym(A)), cplx)
+
+
+def test_complex_values_evaluate_with_the_conjugate_transpose(rng):
+    a = rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4))
+    np.testing.assert_allclose(evaluate(Transpose(A), {"A": a}, DIMS), a.conj().T)
+    np.testing.assert_allclose(evaluate(Skew(A), {"A": a}, DIMS), (a - a.conj().T) / 2)
+
+
+def test_complex_transposition_is_the_adjoint_under_the_real_inner_product(rng):
+    """<G, L dX^H R> = <result, dX> with <X, Y> = Re tr(X^H Y)."""
+    st = Structure(complex=True)
+    expr = A * Transpose(dX) * B + DiagPart(Skew(U * dX))
+    out = transpose_linear(expr, {"dX"}, G, st)["dX"]
+    c = lambda: rng.standard_normal((4, 4)) + 1j * rng.standard_normal((4, 4))
+    env = {k: c() for k in ("A", "B", "U", "G", "dX")}
+    gx = evaluate(_total(out), env, DIMS)
+    lhs = np.real(np.vdot(gx, env["dX"]))
+    rhs = np.real(np.vdot(env["G"], evaluate(expr, env, DIMS)))
+    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+
+
+def _total(parts):
+    return sp.MatAdd(*parts) if len(parts) > 1 else parts[0]
