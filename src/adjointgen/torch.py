@@ -185,12 +185,13 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     """The ``k`` largest (or smallest) singular triplets ``A ≈ U diag(S) Vh`` without a full SVD,
     with the exact gradient, including the coupling to the discarded singular vectors.
 
-    Computed as the partial eigendecomposition of the Gram operator ``X -> A^T (A X)`` (or
-    ``A (A^T X)`` for a wide ``A``), applied matrix-free by :func:`eigsh`, then ``S = sqrt(w)``,
-    ``U = A V S^-1``.  The gradient is the composition of eigsh's derived rule (whose projected
-    shifted solves carry the coupling to the discarded part) with the matvec's and ``A V S^-1``'s
-    autograd, so no n×n matrix is formed.  Singular values below ``sqrt(eps) * S[0]`` lose relative
-    accuracy through the squaring; ``largest=False`` is meant for well-conditioned ``A``.
+    Forward: the partial eigendecomposition of the Gram operator ``X -> A^T (A X)`` (or
+    ``A (A^T X)`` for a wide ``A``), matrix-free, then ``S = sqrt(w)``, ``U = A V S^-1``.
+    Reverse and forward mode: the rules derived in ``derivations/svds.py``, whose projected shifted
+    solves with ``A^T A - s_i^2 I`` on the complement of span(V) carry the coupling to the discarded
+    part; the Gram operator is applied matrix-free for n > 400 (dense, and differentiable twice,
+    below).  Singular values below ``sqrt(eps) * S[0]`` lose relative accuracy through the
+    squaring; ``largest=False`` is meant for well-conditioned ``A``.
 
     Args:
         A: ``(..., m, n)`` float32/float64 dense tensor.
@@ -199,9 +200,9 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     Returns:
         ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` (descending when ``largest``), ``(..., k, n)``.
 
-    Reverse mode only (forward mode of the matrix-free eigensolver is not available).
+    A warning names a pair of (nearly) equal singular values, or a (nearly) zero one, where the
+    rule divides by them.
     """
-    from .runtime.linear_operator import LinearOperator
 
     checks.tensor(A, "A")
     checks.floating(A, "A")
@@ -216,8 +217,9 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     if m < n:
         Vt, S, Ut = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter)
         return Ut.mT, S, Vt.mT
-    gram = LinearOperator(lambda X, A_: A_.mT @ (A_ @ X), (n, n), params=(A,), dtype=A.dtype, device=A.device)
-    w, V = eigsh(gram, k, largest=largest, tol=tol, maxiter=maxiter)
-    S = w.clamp_min(0).sqrt()
-    U = (A @ V) / S
+    from .runtime.svds import SvdsFunction
+
+    U, S, V = SvdsFunction.apply(A, k, largest, tol, maxiter)
+    if A.requires_grad and not checks._is_traced(A):
+        _warn_degenerate(S)
     return U, S, V.mT

@@ -554,7 +554,7 @@ def factor_common(terms: list[Term], shape, structure: Structure):
 
     Greedy: the factor shared by the most terms first; deterministic tie-break by name.
     """
-    terms = merge_hadamard(terms, structure)
+    terms = merge_hadamard(merge_solves(terms, structure), structure)
     if len(terms) <= 1:
         return _factor_inside(build(terms, shape), structure)
     best = None
@@ -647,24 +647,30 @@ def push_projection_inward(expr, structure: Structure):
     return expr
 
 
-def merge_solves(terms: list[Term]) -> list[Term]:
+def merge_solves(terms: list[Term], structure: Structure | None = None) -> list[Term]:
     """``c1 S(X) + c2 S(Y) = S(c1 X + c2 Y)`` for solves with the same operator: one solve."""
     groups: dict[str, list] = {}
     rest = []
     for c, fs in terms:
         if len(fs) == 1 and isinstance(fs[0], ShiftedSolve):
-            key = _key(sp.Tuple(*fs[0].operator))
+            key = "N" + _key(sp.Tuple(*fs[0].operator))
             groups.setdefault(key, []).append((c, fs[0]))
+        elif len(fs) == 1 and isinstance(fs[0], Transpose) and isinstance(fs[0].arg, ShiftedSolve):
+            key = "T" + _key(sp.Tuple(*fs[0].arg.operator))  # c1 S(X)^T + c2 S(Y)^T = S(c1 X + c2 Y)^T
+            groups.setdefault(key, []).append((c, fs[0].arg))
         else:
             rest.append((c, fs))
     for key in sorted(groups):
         items = groups[key]
         node = items[0][1]
+        wrap = Transpose if key.startswith("T") else (lambda x: x)
         if len(items) == 1:
-            rest.append((items[0][0], (node,)))
+            rest.append((items[0][0], (wrap(node),)))
             continue
         inner = MatAdd(*[MatMul(c, n.arg) for c, n in items])
-        rest.append((sp.Integer(1), (node.with_arg(inner),)))
+        if structure is not None:  # one normal form, so that equal solves are shared
+            inner = normalize(inner, structure)
+        rest.append((sp.Integer(1), (wrap(node.with_arg(inner)),)))
     return rest
 
 
@@ -719,14 +725,14 @@ def _pair_transposes(terms: list[Term], structure: Structure) -> list[Term]:
 
 def simplify_for_codegen(expr, structure: Structure):
     """Merge solves, factor shared outer factors, move projections inward, factor again."""
-    current = factor_common(merge_hadamard(merge_solves(expand(expr, structure)), structure), expr.shape, structure)
+    current = factor_common(merge_hadamard(merge_solves(expand(expr, structure), structure), structure), expr.shape, structure)
     for _ in range(8):
         nxt = push_projection_inward(current, structure)
         nxt = _drop_zero(nxt)
         if _key(nxt) == _key(current):
             break
         current = nxt
-    return factor_common(merge_hadamard(merge_solves(expand(current, structure)), structure), expr.shape, structure)
+    return factor_common(merge_hadamard(merge_solves(expand(current, structure), structure), structure), expr.shape, structure)
 
 
 def _drop_zero(expr):

@@ -544,8 +544,16 @@ class Derivation:
         label = label or f"solve the shifted systems for {W.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
         b_factors = () if B is None else (B,)
-        aw = [(c, fs) for c, fs in res if fs == (A, W)]
-        bwd = [(c, fs) for c, fs in res if fs == (*b_factors, W, D)]
+
+        def factors(e):  # the operator A and the shifts D may be products (A^T A, S S)
+            (c, fs), = expand(e, self.structure)
+            if c != 1:
+                self._fail(label, f"{e} must be a product without a coefficient")
+            return fs
+
+        a_factors, d_factors = factors(A), factors(D)
+        aw = [(c, fs) for c, fs in res if fs == (*a_factors, W)]
+        bwd = [(c, fs) for c, fs in res if fs == (*b_factors, W, *d_factors)]
         if len(aw) != 1 or len(bwd) != 1 or aw[0][0] != -bwd[0][0]:
             self._fail(label, f"no terms c ({A} {W.name} - {'B ' if B is not None else ''}{W.name} {D}) in {eq}")
         c = aw[0][0]
