@@ -223,3 +223,51 @@ def svd_gauge(U, V, gU, gV):
     t5 = 1j * xp.diagonal(t4, axis1=-2, axis2=-1).imag
     t6 = t2 + t5
     return t6
+
+
+def svd_vjp_complex_checked(U, S, V, gU, gS, gV):
+    """VJP of svd for complex data, as derived:
+
+    ``gA = 1/2 U diag(skew(U^H gU)) diag(S)**(-1) V^H - 1/2 U diag(skew(V^H gV)) diag(S)**(-1) V^H + U (F ∘ (U^H gU)) diag(S) V^H - U (F ∘ (gU^H U)) diag(S) V^H + U diag(S)**(-1) gV^H - U diag(S)**(-1) gV^H V V^H + U diag(S) (F ∘ (V^H gV)) V^H - U diag(S) (F ∘ (gV^H V)) V^H + U diag(gS) V^H - U U^H gU diag(S)**(-1) V^H + gU diag(S)**(-1) V^H``
+
+    ``residual = diag(skew(U^H gU)) + diag(skew(V^H gV))``
+    """
+    xp = _array_module(U, S, V, gU, gS, gV)
+    # Total ops: add 6, add_diag 2, diag_skew 2, matmul 6, pairwise_mul_skew 2, reciprocal 1, scale 6, scale_cols 2, scale_rows 4, transpose 3
+    t0 = xp.conj(xp.swapaxes(U, -1, -2))
+    t1 = xp.matmul(t0, gU)
+    t2 = -t1
+    t3 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
+    t4 = 1/2 * t3
+    t5 = xp.conj(xp.swapaxes(V, -1, -2))
+    t6 = xp.matmul(t5, gV)
+    t7 = 1j * xp.diagonal(t6, axis1=-2, axis2=-1).imag
+    t8 = -1/2 * t7
+    t9 = t4 + t8
+    xp.einsum('...ii->...i', t2)[...] += t9
+    t10 = t2
+    t11 = 1 / S
+    t12 = t10 * t11[..., None, :]
+    t13 = svd_F_mul(xp, S, t1, part='skew', hermitian=True)
+    t14 = t13 * S[..., None, :]
+    t15 = 2 * t14
+    t16 = xp.conj(xp.swapaxes(gV, -1, -2))
+    t17 = xp.matmul(t16, V)
+    t18 = t11[..., :, None] * t17
+    t19 = -t18
+    t20 = svd_F_mul(xp, S, t6, part='skew', hermitian=True)
+    t21 = S[..., :, None] * t20
+    t22 = 2 * t21
+    t23 = t15 + t19 + t22
+    xp.einsum('...ii->...i', t23)[...] += gS
+    t24 = t23
+    t25 = t12 + t24
+    t26 = xp.matmul(t25, t5)
+    t27 = t11[..., :, None] * t16
+    t28 = t26 + t27
+    t29 = xp.matmul(U, t28)
+    t30 = t11[..., :, None] * t5
+    t31 = xp.matmul(gU, t30)
+    t32 = t29 + t31
+    t33 = t3 + t7
+    return t32, t33

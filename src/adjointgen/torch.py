@@ -131,7 +131,7 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
     derived in ``derivations/svd.py`` (cotangents on ``U``, ``S`` and ``Vh``, each may be absent).
 
     Args:
-        A: ``(..., m, n)`` float32/float64.
+        A: ``(..., m, n)`` float32/float64/complex64/complex128.
         full_matrices: ``False``: thin factors, k = min(m, n).  ``True`` with m != n: ``U`` is m×m
             (or ``Vh`` n×n); the extra columns are an orthonormal basis of the complement, defined
             only through their span, and a loss that depends on them through their span (e.g. the
@@ -141,7 +141,10 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
         ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` descending, ``(..., k, n)``.
 
     Gradients of ``U``, ``Vh`` are defined for distinct nonzero singular values and losses that do
-    not depend on the sign of a singular pair; a warning names the pair when two singular values
+    not depend on the sign (complex: the phase ``e^{iθ}``) of a singular pair.  For complex ``A`` the
+    backward evaluates the derived gauge residual and raises
+    :class:`adjointgen.runtime.gauge.PhaseDependentLossError` for a phase-dependent loss (turn the
+    check, a host synchronisation on GPUs, off with ``adjointgen.runtime.gauge.set_enabled(False)``); a warning names the pair when two singular values
     (or one and zero) are too close for the rule's ``1/(s_j^2 - s_i^2)`` and ``1/s``.
 
     Raises:

@@ -132,6 +132,8 @@ class OperationIR:
     jvp_complex: RuleIR | None = None
     vjp_complex: RuleIR | None = None
     gauge: RuleIR | None = None
+    #: the complex VJP and the gauge residual together (shared products), for a checked backward
+    vjp_complex_checked: RuleIR | None = None
 
     @property
     def complex(self) -> bool:
@@ -139,7 +141,7 @@ class OperationIR:
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:
-        extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, self.gauge)
+        extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, self.gauge, self.vjp_complex_checked)
         return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None)
 
     @property

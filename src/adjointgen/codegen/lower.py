@@ -309,7 +309,7 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
     vjp = rule("vjp", real_vjp.code, vjp_params, vjp_out, real_vjp.raw)
-    jvp_complex = vjp_complex = gauge = None
+    jvp_complex = vjp_complex = gauge = checked = None
     if d.real_jvp is not None:
         jvp_complex = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
         vjp_complex = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw, True, "_complex")
@@ -317,6 +317,9 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         gauge_params = {k: v for k, v in vjp_params.items()
                         if k in {x.name for e in d.gauge_rule.code.values() for x in e.atoms(MatrixSymbol)}}
         gauge = rule("gauge", d.gauge_rule.code, gauge_params, {"R": "residual"}, d.gauge_rule.raw, True)
+        # the VJP and the residual in one function: they share U^T gU, V^T gV
+        checked = rule("vjp", {**d.vjp.code, **d.gauge_rule.code}, vjp_params, {**vjp_out, "R": "residual"},
+                       {**d.vjp.raw, **d.gauge_rule.raw}, True, "_complex_checked")
     vjp_factors = None
     if getattr(d, "vjp_factors", None):
         exprs, names = {}, {}
@@ -343,4 +346,5 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         jvp_complex=jvp_complex,
         vjp_complex=vjp_complex,
         gauge=gauge,
+        vjp_complex_checked=checked,
     )

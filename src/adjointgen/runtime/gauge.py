@@ -56,7 +56,7 @@ def check(op: str, residual, *cotangents) -> None:
     with torch.no_grad():
         real = residual.real.dtype if residual.is_complex() else residual.dtype
         eps = torch.finfo(real).eps
-        scale = sum(g.abs().pow(2).sum(-2).sqrt() for g in cotangents)
+        scale = sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents)
         bad = residual.abs() > (eps ** 0.5) * scale + torch.finfo(real).tiny
         if bool(bad.any()):
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])

@@ -13,8 +13,11 @@ from . import gauge as _gauge
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2):
     if U.is_complex():
         if _gauge.enabled():
-            _gauge.check("svd", thin.svd_gauge(U, V, gU, gV), gU, gV)
-        return thin.svd_vjp_complex(U, S, V, gU, gS, gV) + complement.svd_complement_vjp_complex(U, S, V, U2, gU2)
+            gA, residual = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV)
+            _gauge.check("svd", residual, gU, gV)
+        else:
+            gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV)
+        return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2)
     return thin.svd_vjp(U, S, V, gU, gS, gV) + complement.svd_complement_vjp(U, S, V, U2, gU2)
 
 
