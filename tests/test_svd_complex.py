@@ -168,3 +168,25 @@ def test_real_input_uses_the_real_specialisation():
     as_complex = rules.svd_vjp_complex(*(x.to(torch.complex128) for x in (U,)), S, Vh.mT.to(torch.complex128),
                                        gU.to(torch.complex128), gS, gV.to(torch.complex128))
     assert rel(as_complex, real.to(torch.complex128)) < 1e-13
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu_and_check_can_skip_the_sync():
+    A = cmatrix(2, 64, 32, seed=95)
+    W1, W2 = cmatrix(64, 64, seed=96), cmatrix(32, 32, seed=97)
+    A1 = A.clone().requires_grad_()
+    g_cpu, = torch.autograd.grad(invariant_loss(*agt.svd(A1), W1, W2), A1)
+    Ac = A.cuda().requires_grad_()
+    g_gpu, = torch.autograd.grad(invariant_loss(*agt.svd(Ac), W1.cuda(), W2.cuda()), Ac)
+    assert rel(g_gpu.cpu(), g_cpu) < 1e-10
+    A2 = Ac.detach().clone().requires_grad_()
+    U, S, Vh = agt.svd(A2)
+    loss = (U.abs() ** 2).sum() + S.sum()
+    with gauge.disabled():
+        torch.cuda.set_sync_debug_mode("error")  # a device-to-host synchronisation in backward raises
+        try:
+            g, = torch.autograd.grad(loss, A2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(g).all()
