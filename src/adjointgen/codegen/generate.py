@@ -155,8 +155,11 @@ def render(root: Path, names: list[str] | None = None, *, jobs: int | None = Non
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
+        # longest first (file size as the proxy for audit time), so that no long one starts last
+        order = sorted(names, key=lambda nm: -(root / "derivations" / f"{nm}.py").stat().st_size)
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            results = list(pool.map(_render_operation, [str(root)] * len(names), names))
+            by_name = dict(zip(order, pool.map(_render_operation, [str(root)] * len(order), order)))
+        results = [by_name[nm] for nm in names]
     else:
         results = [_render_operation(str(root), name) for name in names]
     files: dict[Path, str] = {}
