@@ -1,7 +1,12 @@
-"""Symmetric eigendecomposition, full spectrum: ``A = U D U^T``.
+"""Hermitian (real symmetric) eigendecomposition, full spectrum: ``A = U D U^H``.
 
-Identities: ``A U = U D``, ``U^T U = I`` (and ``U U^T = I``, U square), ``A = A^T``, ``D`` diagonal.
-The eigenvalues are returned as the vector ``w`` (the diagonal of ``D``), the eigenvectors as ``V``.
+The derivation runs over complex matrices (``^T`` below is the conjugate transpose, ``sym``/``skew``
+the Hermitian/anti-Hermitian parts); the engine specialises the rules to real symmetric data.
+Identities: ``A U = U D``, ``U^T U = I`` (and ``U U^T = I``, U square), ``A = A^T``, ``D`` real
+diagonal.  The eigenvalues are returned as the vector ``w`` (the diagonal of ``D``), the
+eigenvectors as ``V``.  ``dC = U^T dU`` is anti-Hermitian; off its diagonal it follows from the
+Hadamard split, its diagonal is free: ``u_j -> e^{iθ_j} u_j`` leaves ``A`` unchanged, a gauge fixed
+by ``diag(dC) = 0``, with the residual ``R = diag(skew(U^T gU))`` that a well-defined loss makes zero.
 
 References: M. Giles, "An extended collection of matrix derivative results for forward and reverse
 mode algorithmic differentiation", NA-08-01 (2008); C. Ionescu et al., "Matrix backpropagation
@@ -10,7 +15,7 @@ for deep networks with structured layers", ICCV 2015.
 import numpy as np
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity
+from adjointgen.calculus import Derivation, Identity, ZeroMatrix
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
@@ -19,34 +24,42 @@ def forward(A):
     return {"U": V, "D": np.diag(w)}
 
 
-def align_signs(base, out):
-    signs = np.sign(np.sum(base["U"] * out["U"], axis=0))
-    return {"U": out["U"] * signs, "D": out["D"]}
+def align_phases(base, out):
+    """Rotate each eigenvector by the phase (a sign for real data) that makes ``u0_j^H u_j`` real
+    positive: the path then satisfies the gauge ``diag(U^H dU) = 0``."""
+    z = np.sum(base["U"].conj() * out["U"], axis=0)
+    return {"U": out["U"] * (z.conj() / np.abs(z)), "D": out["D"]}
 
 
-def sample(rng, n):
-    """A random symmetric A with well-separated eigenvalues, a symmetric direction dA, and the
+def sample(rng, n, field):
+    """A random Hermitian A with well-separated eigenvalues, a Hermitian direction dA, and the
     output tangents measured by finite differences of numpy.linalg.eigh."""
-    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
+    Q, _ = np.linalg.qr(randn(n, n))
     w = np.sort(rng.uniform(-2, 2, n)) + np.arange(n)  # gaps >= ~1
-    A = (Q * w) @ Q.T
-    A = (A + A.T) / 2
-    dA = rng.standard_normal((n, n))
-    dA = (dA + dA.T) / 2
-    base, tan = fd_tangents(forward, {"A": A}, {"A": dA}, align=align_signs)
+    A = (Q * w) @ Q.conj().T
+    A = (A + A.conj().T) / 2
+    dA = randn(n, n)
+    dA = (dA + dA.conj().T) / 2
+    base, tan = fd_tangents(forward, {"A": A}, {"A": dA}, align=align_phases)
     return {"A": A, "dA": dA, "U": base["U"], "D": base["D"], "dU": tan["U"], "dD": tan["D"]}
 
 
 # ---------------------------------------------------------------- declarations
-d = Derivation("eigh", __file__, title="symmetric eigendecomposition A = U D U^T (full spectrum)",
-               references=("Giles, NA-08-01 (2008)", "Ionescu et al., ICCV 2015"))
+d = Derivation("eigh", __file__, title="Hermitian eigendecomposition A = U D U^H (full spectrum, real or complex)",
+               references=("Giles, NA-08-01 (2008)", "Ionescu et al., ICCV 2015"), field="complex")
 n = d.dim("n")
 A = d.input("A", n, n, symmetric=True)
 U = d.output("U", n, n, orthonormal=True, api="V")
 D = d.output("D", n, n, diagonal=True, api="w")
 d.api_outputs("w", "V")  # as torch.linalg.eigh
 dA, dU, dD = d.tangent(A), d.tangent(U), d.tangent(D)
-d.instances(sample, [{"n": 4}, {"n": 5}, {"n": 7}])
+d.symbolic_sizes = {"n": 2}  # explicit complex 2×2 matrices keep the symbolic checks fast
+d.instances(sample, [{"n": 4, "field": "complex"}, {"n": 5, "field": "complex"}, {"n": 4, "field": "real"},
+                     {"n": 6, "field": "real"}])
 
 eig = d.identity("eigenvector equation", A * U, U * D)
 orth = d.identity("orthonormal columns", U.T * U, Identity(n))
@@ -66,11 +79,15 @@ dC = d.introduce("dC", U.T * dU, skew_by=d_orth)
 s = d.use_definition(s, dC)
 # 4. D dC - dC D = E ∘ dC
 s, E = d.hadamard_split(s, D, dC, "E")
-# 5. the diagonal gives dD
-dD_sol = d.solve_for(d.diagonal_part(s, "diagonal part (E_ii = 0, dC_ii = 0)"), dD)
-# 6. off the diagonal, solve E ∘ dC = -U^T dA U for the skew dC
-dC_sol, F = d.solve_offdiagonal(s, dC, E, "F")
-# 7. dU = U dC, since U U^T = I
+# 5. the real part of the diagonal gives dD (E_ii = 0; diag(dC) is imaginary)
+dD_sol = d.solve_for(d.hermitian_part(d.diagonal_part(s, "diagonal part (E_ii = 0)"),
+                                      "Hermitian part (dD real)"), dD)
+# 6. diag(dC) is free: the phases of the eigenvectors, a gauge
+T = d.imaginary_diagonal("Theta", n)
+fix = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dC), ZeroMatrix(n, n)))
+# 7. off the diagonal, solve E ∘ dC = -U^T dA U for the anti-Hermitian dC
+dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=fix)
+# 8. dU = U dC, since U U^T = I
 back = d.left_multiply(d.identity("definition of dC", dC, U.T * dU), U, "left-multiply dC = U^T dU by U")
 back = d.substitute(back, complete, "substitute U U^T = I")
 dU_sol = d.replace(d.solve_for(back, dU), dC_sol)

@@ -21,12 +21,13 @@ __all__ = ["eigh", "eigsh", "pinv", "svd", "svds"]
 
 
 def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
-    """Symmetric eigendecomposition ``A = V diag(w) V^T``, or with ``B`` the generalized
-    symmetric-definite problem ``A V = B V diag(w)``, ``V^T B V = I``.
+    """Symmetric (Hermitian) eigendecomposition ``A = V diag(w) V^H``, or with ``B`` the
+    generalized symmetric-definite problem ``A V = B V diag(w)``, ``V^T B V = I``.
 
     Args:
-        A: real symmetric matrices ``(..., n, n)``, float32 or float64.  Only symmetric
-            perturbations are meaningful, so the gradient with respect to ``A`` is symmetric.
+        A: real symmetric matrices ``(..., n, n)``, float32 or float64, or (without ``B``) complex
+            Hermitian ones, complex64 or complex128.  Only symmetric (Hermitian) perturbations are
+            meaningful, so the gradient with respect to ``A`` is symmetric (Hermitian).
         B: optional symmetric positive definite matrices of the same shape (broadcast over the
             batch); differentiable too (symmetric gradient).
 
@@ -36,13 +37,15 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
         :func:`scipy.linalg.eigh`.
 
     Gradients of the eigenvectors are defined only for distinct eigenvalues; a loss must not
-    depend on the sign of an eigenvector.
+    depend on the sign of an eigenvector, nor (complex) on its phase ``e^{iθ}``: the backward
+    checks the derived gauge residual and raises
+    :class:`adjointgen.runtime.gauge.PhaseDependentLossError` (see :mod:`adjointgen.runtime.gauge`).
 
     Raises:
         ValueError: ``A`` (or ``B``) not a square floating matrix, not symmetric (within 100 eps
             relative), containing NaN/Inf; ``B`` not positive definite or of another shape.
     """
-    checks.symmetric_matrix(A, "A")
+    checks.symmetric_matrix(A, "A", complex_ok=B is None)
     if B is None:
         return EighFunction.apply(A)
     checks.symmetric_matrix(B, "B")

@@ -641,6 +641,9 @@ def push_projection_inward(expr, structure: Structure):
             return inner if (parity == 1) == (node is Sym) else ZeroMatrix(*inner.shape)
         return node(push_projection_inward(inner, structure))
     if isinstance(expr, (DiagPart,)):
+        if structure.complex and isinstance(expr.arg, (Sym, Skew)):
+            # diag(sym(X)) is the real part of diag(X): kept, so code makes it a real vector
+            return DiagPart(type(expr.arg)(push_projection_inward(expr.arg.arg, structure)))
         return DiagPart(push_projection_inward(expr.arg, structure))
     if isinstance(expr, ShiftedSolve):
         return expr.with_arg(push_projection_inward(expr.arg, structure))

@@ -68,15 +68,16 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None) -> None:
         scale = x.abs().amax()
         if bool(asym > rtol * scale):
             raise ValueError(
-                f"{name} is not symmetric: max |{name} - {name}^T| = {float(asym):.3e} > "
+                f"{name} is not {'Hermitian' if x.is_complex() else 'symmetric'}: "
+                f"max |{name} - {name}^{'H' if x.is_complex() else 'T'}| = {float(asym):.3e} > "
                 f"{rtol:.1e} * max |{name}| = {float(rtol * scale):.3e}"
             )
 
 
-def symmetric_matrix(x, name: str) -> torch.Tensor:
-    """All checks for a batched real symmetric input."""
+def symmetric_matrix(x, name: str, *, complex_ok: bool = False) -> torch.Tensor:
+    """All checks for a batched real symmetric (or, with ``complex_ok``, Hermitian) input."""
     tensor(x, name)
-    floating(x, name)
+    floating(x, name, complex_ok=complex_ok)
     matrix(x, name, square=True)
     finite(x, name)
     symmetric(x, name)

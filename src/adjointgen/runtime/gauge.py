@@ -1,9 +1,10 @@
 """The gauge check of complex decompositions.
 
 The singular vectors of a complex matrix are defined up to a phase per pair,
-``(u_j, v_j) -> e^{iθ_j} (u_j, v_j)``.  A loss has a gradient only if it does not depend on those
-phases; the derivation (``derivations/svd.py``) derives the loss's derivative along them, the
-residual ``R = diag(skew(U^H gU + V^H gV))``, which is zero for a well-defined loss.  The generated
+``(u_j, v_j) -> e^{iθ_j} (u_j, v_j)``, the eigenvectors of a Hermitian one up to ``u_j -> e^{iθ_j} u_j``.
+A loss has a gradient only if it does not depend on those phases; the derivations
+(``derivations/svd.py``, ``derivations/eigh.py``) derive the loss's derivative along them, the
+residual (``R = diag(skew(U^H gU + V^H gV))``, ``diag(skew(V^H gV))``), zero for a well-defined loss.  The generated
 backward evaluates it and calls :func:`check`; the check reads the result on the host, which is a
 device-to-host synchronisation on a GPU.  Turn it off with :func:`set_enabled` (or the
 :func:`disabled` context manager) and nothing is computed or synchronised.
@@ -15,6 +16,12 @@ import contextlib
 __all__ = ["PhaseDependentLossError", "check", "disabled", "enabled", "set_enabled"]
 
 _ENABLED = True
+
+#: how the errors name the vectors of each operation, and invariant alternatives
+_WHAT = {
+    "svd": ("singular pair", "|U|, U U^H or U diag(S) V^H"),
+    "eigh": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
+}
 
 
 class PhaseDependentLossError(ValueError):
@@ -61,8 +68,9 @@ def check(op: str, residual, *cotangents) -> None:
         if bool(bad.any()):
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
             worst = float((residual.abs() / scale.clamp_min(torch.finfo(real).tiny)).max())
+            what, how = _WHAT.get(op, ("vector", "|X| or X X^H"))
             raise PhaseDependentLossError(
-                f"{op}: the loss depends on the phase of singular pair {j} (relative residual {worst:.2e}): "
-                "complex singular vectors are defined only up to a phase e^{i theta} per pair "
-                "(u_j, v_j), and a loss must be invariant to it, e.g. use |U|, U U^H or U diag(S) V^H "
-                "instead of U itself. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+                f"{op}: the loss depends on the phase of {what} {j} (relative residual {worst:.2e}): "
+                f"complex {what}s are defined only up to a phase e^{{i theta}} each, and a loss must be "
+                f"invariant to it, e.g. use {how} instead of the vectors themselves. "
+                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
