@@ -23,6 +23,7 @@ Wan and Zhang, "Automatic differentiation for complex valued SVD" (2019).
 """
 import numpy as np
 
+import _singular_spaces as singular_spaces
 from adjointgen.audit import fd_tangents
 from adjointgen.calculus import Derivation, Identity, Inverse, ZeroMatrix
 
@@ -74,27 +75,12 @@ d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n":
                      {"m": 4, "n": 4, "k": 4, "field": "real"}, {"m": 3, "n": 5, "k": 3, "field": "real"}])
 d.symbolic_sizes = {"k": 2}  # explicit complex 3×3 / 3×2 / 2×2 matrices: k < m, n keeps the projections nontrivial
 
-right = d.identity("right singular vectors: A V = U S", A * V, U * S)
-left = d.identity("left singular vectors: A^T U = V S", A.T * U, V * S)
-orth_U = d.identity("U^T U = I", U.T * U, Identity(k))
-orth_V = d.identity("V^T V = I", V.T * V, Identity(k))
+e = singular_spaces.identities(d, A, U, S, V, k)
 recon = d.identity("thin reconstruction A = U S V^T", A, U * S * V.T)
-UtA = d.transpose(left, "transpose A^T U = V S: U^T A = S V^T")
-VtAt = d.transpose(right, "transpose A V = U S: V^T A^T = S U^T")
-dCU = d.introduce("dCU", U.T * dU, skew_by=d.differentiate(orth_U, "differentiate U^T U = I"))
-dCV = d.introduce("dCV", V.T * dV, skew_by=d.differentiate(orth_V, "differentiate V^T V = I"))
-d_right = d.differentiate(right, "differentiate A V = U S")
-d_left = d.differentiate(left, "differentiate A^T U = V S")
+orth_U, orth_V, dCU, dCV, d_right, d_left = (e[x] for x in ("orth_U", "orth_V", "dCU", "dCV", "d_right", "d_left"))
 
 # ---------------------------------------------------------------- projections onto span(U), span(V)
-a = d.left_multiply(d_right, U.T, "left-multiply dA V + A dV = dU S + U dS by U^T")
-a = d.substitute(a, UtA, "substitute U^T A = S V^T")
-a = d.substitute(a, orth_U, "substitute U^T U = I")
-a = d.use_definition(d.use_definition(a, dCU), dCV)
-b = d.left_multiply(d_left, V.T, "left-multiply dA^T U + A^T dU = dV S + V dS by V^T")
-b = d.substitute(b, VtAt, "substitute V^T A^T = S U^T")
-b = d.substitute(b, orth_V, "substitute V^T V = I")
-b = d.use_definition(d.use_definition(b, dCU), dCV)
+a, b = singular_spaces.project(d, U, V, e)
 diag_a = d.diagonal_part(a, "diagonal part")
 dS_sol = d.solve_for(d.hermitian_part(diag_a, "Hermitian part: diag(dCU), diag(dCV) are imaginary"), dS)
 
@@ -109,16 +95,8 @@ phases = d.right_multiply(phases, Inverse(S), "right-multiply by S^-1")
 dCU_diag = d.solve_for(phases, d.diag(dCU))
 dCV_diag = d.replace(gauge_V, dCU_diag, "substitute diag(dCU)")
 
-# ---------------------------------------------------------------- dCU: (a) S + S (b) eliminates dCV
-cu = d.add(d.right_multiply(a, S, "right-multiply by S"), d.left_multiply(b, S, "left-multiply by S"),
-           label="add: the S dCV S terms cancel")
-cu, E = d.hadamard_split(cu, S, dCU, "E")
-dCU_sol, F = d.solve_offdiagonal(cu, dCU, E, "F", diagonal=dCU_diag)
-# ---------------------------------------------------------------- dCV: S (a) + (b) S eliminates dCU
-cv = d.add(d.left_multiply(a, S, "left-multiply by S"), d.right_multiply(b, S, "right-multiply by S"),
-           label="add: the S dCU S terms cancel")
-cv, E2 = d.hadamard_split(cv, S, dCV, "E")
-dCV_sol, _ = d.solve_offdiagonal(cv, dCV, E2, "F", diagonal=dCV_diag)
+# ---------------------------------------------------------------- off the diagonal
+dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e, dCU_diag, dCV_diag)
 
 # ---------------------------------------------------------------- outside span(U): W_U = (I - UU^T) dU
 WU = d.introduce("WU", dU - U * dCU)

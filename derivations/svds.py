@@ -14,6 +14,7 @@ References: MATH.md §4 (truncated SVD); Francuz, Schuch, Vanhecke, arXiv:2311.1
 """
 import numpy as np
 
+import _singular_spaces as singular_spaces
 from adjointgen.audit import fd_tangents
 from adjointgen.calculus import Derivation, Identity, Inverse
 
@@ -54,35 +55,14 @@ d.api_outputs("U", "S", "V")
 dA, dU, dS, dV = d.tangent(A), d.tangent(U), d.tangent(S), d.tangent(V)
 d.instances(sample, [{"m": 6, "n": 4, "k": 2}, {"m": 4, "n": 6, "k": 2}, {"m": 5, "n": 5, "k": 3}])
 
-right = d.identity("right singular vectors: A V = U S", A * V, U * S)
-left = d.identity("left singular vectors: A^T U = V S", A.T * U, V * S)
-orth_U = d.identity("U^T U = I", U.T * U, Identity(k))
-orth_V = d.identity("V^T V = I", V.T * V, Identity(k))
-UtA = d.transpose(left, "transpose A^T U = V S: U^T A = S V^T")
-VtAt = d.transpose(right, "transpose A V = U S: V^T A^T = S U^T")
-dCU = d.introduce("dCU", U.T * dU, skew_by=d.differentiate(orth_U, "differentiate U^T U = I"))
-dCV = d.introduce("dCV", V.T * dV, skew_by=d.differentiate(orth_V, "differentiate V^T V = I"))
-d_right = d.differentiate(right, "differentiate A V = U S")
-d_left = d.differentiate(left, "differentiate A^T U = V S")
+e = singular_spaces.identities(d, A, U, S, V, k)
+right, left, orth_U, orth_V, UtA, VtAt, dCU, dCV, d_right, d_left = (
+    e[x] for x in ("right", "left", "orth_U", "orth_V", "UtA", "VtAt", "dCU", "dCV", "d_right", "d_left"))
 
 # ---------------------------------------------------------------- inside span(U), span(V): as the thin SVD
-a = d.left_multiply(d_right, U.T, "left-multiply dA V + A dV = dU S + U dS by U^T")
-a = d.substitute(a, UtA, "substitute U^T A = S V^T")
-a = d.substitute(a, orth_U, "substitute U^T U = I")
-a = d.use_definition(d.use_definition(a, dCU), dCV)
-b = d.left_multiply(d_left, V.T, "left-multiply dA^T U + A^T dU = dV S + V dS by V^T")
-b = d.substitute(b, VtAt, "substitute V^T A^T = S U^T")
-b = d.substitute(b, orth_V, "substitute V^T V = I")
-b = d.use_definition(d.use_definition(b, dCU), dCV)
+a, b = singular_spaces.project(d, U, V, e)
 dS_sol = d.solve_for(d.diagonal_part(a, "diagonal part (dCU, dCV skew: zero diagonal)"), dS)
-cu = d.add(d.right_multiply(a, S, "right-multiply by S"), d.left_multiply(b, S, "left-multiply by S"),
-           label="add: the S dCV S terms cancel")
-cu, E = d.hadamard_split(cu, S, dCU, "E")
-dCU_sol, F = d.solve_offdiagonal(cu, dCU, E, "F")
-cv = d.add(d.left_multiply(a, S, "left-multiply by S"), d.right_multiply(b, S, "right-multiply by S"),
-           label="add: the S dCU S terms cancel")
-cv, E2 = d.hadamard_split(cv, S, dCV, "E")
-dCV_sol, _ = d.solve_offdiagonal(cv, dCV, E2, "F")
+dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e)
 
 # ---------------------------------------------------------------- outside: WU, WV
 WU = d.introduce("WU", dU - U * dCU)

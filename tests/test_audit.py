@@ -89,3 +89,28 @@ def test_corrupted_complex_gauge_fails_audit(root, tmp_path, good, bad, failing)
     first = report.first_failure()
     assert first is not None and failing in first.label
     assert first.residual > 1e-3
+
+
+def test_complex_symbolic_entries_see_conjugation():
+    """In a complex derivation the explicit matrices have complex entries: a real-only identity
+    such as diag(X^T) = diag(X) fails there, while true ones still simplify to zero."""
+    import sympy as sp
+
+    from adjointgen.audit.runner import _is_zero_matrix, _symbolic_env
+    from adjointgen.calculus import Derivation
+    from adjointgen.calculus.evaluate import SYMPY, evaluate
+    from adjointgen.calculus.nodes import DiagPart, Skew
+
+    d = Derivation("probe", __file__, title="probe", field="complex")
+    n = d.dim("n")
+    X = d.input("X", n, n)
+    H = d.input("H", n, n, symmetric=True)
+    env = _symbolic_env(d)
+    dims = env["__dims__"]
+    ev = lambda e: evaluate(e, env, dims, arith=SYMPY)
+    x = env["X"]
+    assert not _is_zero_matrix(ev(DiagPart(X.T)) - ev(DiagPart(X)))
+    assert _is_zero_matrix(ev((X * H).T) - ev(H * X.T))  # (XH)^H = H X^H, H Hermitian
+    assert not _is_zero_matrix(ev(DiagPart(Skew(X))))  # the diagonal of an anti-Hermitian part is imaginary
+    assert _is_zero_matrix(ev(DiagPart(Skew(H))))
+    assert x[0, 1] != sp.conjugate(x[0, 1])

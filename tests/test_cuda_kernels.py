@@ -133,14 +133,20 @@ def test_element_functions_match_numpy(cu, harnesses, tmp_path, rng):
 
 
 
-@pytest.mark.gpu
-def test_cupy_kernels_match_numpy_on_gpu(rng):
-    cp = pytest.importorskip("cupy")
+@pytest.fixture
+def cp():
+    """CuPy with a CUDA device, or skip."""
+    cupy = pytest.importorskip("cupy")
     try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
             pytest.skip("no CUDA device")
     except Exception as exc:  # pragma: no cover - machine dependent
         pytest.skip(f"no CUDA device ({exc})")
+    return cupy
+
+
+@pytest.mark.gpu
+def test_cupy_kernels_match_numpy_on_gpu(cp, rng):
     from adjointgen.generated.cupy import eigh as rules
 
     n = 64
@@ -155,14 +161,8 @@ def test_cupy_kernels_match_numpy_on_gpu(rng):
 
 
 @pytest.mark.gpu
-def test_cupy_complex_svd_rules_match_numpy_on_gpu(rng):
+def test_cupy_complex_svd_rules_match_numpy_on_gpu(cp, rng):
     """Complex X runs the real kernels on Re X and Im X (F real)."""
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA device")
-    except Exception as exc:  # pragma: no cover - machine dependent
-        pytest.skip(f"no CUDA device ({exc})")
     from adjointgen.generated.cupy import svd as rules
 
     A = rng.standard_normal((2, 40, 24)) + 1j * rng.standard_normal((2, 40, 24))

@@ -161,9 +161,10 @@ def _symbolic_env(d: Derivation, size: int = 3):
     st = d.structure
 
     def z(name, i, j):
-        """Entry symbol: real, or ``a + i b`` in a complex derivation."""
-        re = sp.Symbol(f"{name}_{i}{j}", real=True)
-        return re + sp.I * sp.Symbol(f"{name}_{i}{j}_im", real=True) if st.complex else re
+        """Entry symbol: real, or complex in a complex derivation, where ``z`` and ``conj(z)`` are
+        independent atoms of the polynomials (a polynomial in them vanishes for every complex
+        value only if it is zero), which keeps expansions as small as in the real case."""
+        return sp.Symbol(f"{name}_{i}{j}", complex=True) if st.complex else sp.Symbol(f"{name}_{i}{j}", real=True)
 
     for name in sorted(names):
         r, c = shape_of(name)

@@ -847,19 +847,26 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool):
 
 def _dot_product_symbolic(d: Derivation, name: str, gexpr):
     """``<g_in, d_in> - Σ <g_out, d_out>`` on explicit matrices: the transposition is an algebraic
-    identity that needs no property of the primal values beyond the declared structure."""
+    identity that needs no property of the primal values beyond the declared structure.  Both
+    sides are linear in the cotangents, so each output's cotangent is checked alone (smaller
+    expressions to expand)."""
 
     def symbolic(env):
-        lhs = (_explicit(gexpr, env).H * env["d" + name]).trace()
-        rhs = 0
         only = dict(env)
         for other in d.inputs:
             if other.name != name:
                 only["d" + other.name] = sp.zeros(*env["d" + other.name].shape)
+        residuals = []
         for out in d.rule_outputs:
+            one = dict(env)
+            for o in d.rule_outputs:
+                if o.name != out.name:
+                    one["g" + o.name] = sp.zeros(*env["g" + o.name].shape)
+            lhs = (_explicit(gexpr, one).H * env["d" + name]).trace()
             t = d.tangents[out.name].name
-            rhs += (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
-        return sp.Matrix([[_real_part(lhs - rhs)]])
+            rhs = (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
+            residuals.append(_real_part(lhs - rhs))
+        return sp.Matrix([residuals])
 
     return symbolic
 
@@ -921,8 +928,9 @@ def _gauge_symbolic(d: Derivation, rexpr):
 
 
 def _real_part(x):
-    """``Re x`` for an expression in real symbols and ``i``: ``(x + conj x)/2``, ``conj`` flipping ``i``."""
-    return (x + x.xreplace({sp.I: -sp.I})) / 2
+    """``Re x = (x + conj x)/2``; ``conj`` distributes over the expression, so with complex entry
+    symbols the result is a polynomial in the entries and their conjugates."""
+    return (x + sp.conjugate(x)) / 2
 
 
 def _same_value_symbolic(a, b):

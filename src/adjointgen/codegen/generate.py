@@ -74,7 +74,13 @@ def load_derivation(root: Path, name: str, *, partial: bool = False) -> Derivati
 
 
 def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
+    """Run one derivation script.  Its folder is importable while it runs, so that scripts can
+    share steps through helper modules (``derivations/_*.py``), as when run with ``python``."""
+    import sys
+
     start = len(Derivation.created)
+    folder = str(Path(path).resolve().parent)
+    sys.path.insert(0, folder)
     try:
         ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
     except DerivationError as exc:
@@ -88,10 +94,19 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
         raise
     finally:
         del Derivation.created[start:]
+        sys.path.remove(folder)
     found = [v for v in ns.values() if isinstance(v, Derivation)]
     if len(found) != 1:
         raise ProjectError(f"{path} must define exactly one Derivation (found {len(found)})")
     return found[0]
+
+
+def helper_modules(path: Path) -> list[Path]:
+    """The ``derivations/_*.py`` helpers a derivation imports (they are sources of its output)."""
+    import re
+
+    names = re.findall(r"^\s*(?:import|from)\s+(_\w+)", path.read_text(), flags=re.M)
+    return [path.parent / f"{name}.py" for name in sorted(set(names)) if (path.parent / f"{name}.py").is_file()]
 
 
 def _environment(root: Path) -> jinja2.Environment:
@@ -207,7 +222,7 @@ def _render_operation(root_str: str, name: str):
         if backend.name == "cuda" and not op.kernel_variants:
             continue  # no elementwise part: no kernels to emit
         template = env.get_template(backend.template)
-        sources = [root / op.derivation, root / "templates" / backend.template]
+        sources = [root / op.derivation, *helper_modules(root / op.derivation), root / "templates" / backend.template]
         lines = {}
         if backend.printer:
             printer = PRINTERS[backend.printer]
