@@ -97,7 +97,7 @@ class _Sympy:
 
     @staticmethod
     def T(a):
-        return a.H  # entries are real symbols, or a + i b with real a, b in complex derivations
+        return a.H  # entries are real symbols, or complex ones (conj(z) an atom) in complex derivations
 
     @staticmethod
     def inv(a):
