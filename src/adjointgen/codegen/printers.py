@@ -117,7 +117,7 @@ XP = ArrayPrinter(
         "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
     },
     inplace={
-        "add_diag": "xp.einsum('...ii->...i', {0})[...] += {1}",
+        "add_diag": "_add_diag_(xp, {0}, {1})",
     },
     complex_table={
         "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",

@@ -31,6 +31,13 @@ def add_diag(xp, X, d):
     return out
 
 
+def add_diag_(xp, X, d):
+    """``X += diag(d)`` in place (a temporary of the generated code), NumPy and CuPy alike
+    (advanced indexing; ``einsum`` diagonals are not guaranteed to be writable views on CuPy)."""
+    idx = xp.arange(d.shape[-1])
+    X[..., idx, idx] += d
+
+
 @functools.lru_cache(maxsize=None)
 def _module(op: str):
     source = resources.files("adjointgen.generated").joinpath("cuda", f"{op}.cu").read_text()
