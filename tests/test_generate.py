@@ -67,3 +67,15 @@ def test_every_package_is_listed_for_non_editable_installs(root):
                                                for p in (root / "generated").glob("*/__init__.py")}
     found.add("adjointgen.generated")
     assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"
+
+
+def test_cupy_namespace_exports_every_rule():
+    """``import adjointgen.cupy as agc`` (the documented API) holds the generated rule functions."""
+    import adjointgen.cupy as agc
+    from adjointgen.generated.cupy import eigh, svd, svds
+
+    assert agc.eigh_vjp is eigh.eigh_vjp
+    assert agc.svd_jvp is svd.svd_jvp and agc.svd_vjp is svd.svd_vjp
+    assert agc.svds_vjp is svds.svds_vjp and agc.svds_jvp is svds.svds_jvp
+    assert agc.svd_gauge is svd.svd_gauge
+    assert not any(name.endswith(("_F", "_mul")) for name in agc.__all__)
