@@ -4,7 +4,9 @@ complement of span(U) in the SVD ``A = U S V^H`` of a tall A (m > n = k), real o
 
 ``U2`` is any orthonormal basis of that complement, so only its span is defined; a loss that depends
 on ``U2`` through ``U2 U2^T`` (or is otherwise invariant to ``U2 -> U2 Q``, Q unitary) has a
-well-defined gradient.  Choosing the gauge ``U2^T dU2 = 0`` (the derivative of a Procrustes-aligned
+well-defined gradient: the derivation declares the rotation ``U2 -> U2 exp(Ω)`` (Ω anti-Hermitian) a gauge and
+derives the residual ``R = skew(U2^T gU2)`` that such a loss makes zero.  Choosing the gauge
+``U2^T dU2 = 0`` (the derivative of a Procrustes-aligned
 path), ``[U U2]`` square and ``U^T U2 = 0`` give ``dU2 = U (U^T dU2) = -U dU^T U2``, and with ``dU``
 from the thin derivation, ``dU2 = -U S^-1 V^T dA^T U2``.  (PyTorch drops this cotangent; JAX
 refuses.)  A wide A is handled through ``A^T``.
@@ -68,7 +70,9 @@ orth_V = d.identity("V^T V = I", V.T * V, Identity(n))
 complete_V = d.identity("V V^T = I (V square)", V * V.T, Identity(n))
 perp = d.identity("U^T U2 = 0", U.T * U2, ZeroMatrix(n, p))
 complete = d.identity("[U U2] square: U U^T + U2 U2^T = I", U * U.T + U2 * U2.T, Identity(m))
-gauge = d.identity("gauge: U2^T dU2 = 0", U2.T * dU2, ZeroMatrix(p, p))
+Omega = d.parameter("Omega", p, p, skew=True)
+gauge = d.gauge("U2 -> U2 exp(Omega): any orthonormal basis of the complement", Omega, {U2: U2 * Omega},
+                fix=(U2.T * dU2, ZeroMatrix(p, p)))
 
 # ---------------------------------------------------------------- dU2 = -U dU^T U2
 e = d.right_multiply(complete, dU2, "right-multiply by dU2")

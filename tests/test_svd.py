@@ -218,3 +218,22 @@ def test_svds_numpy_backend_equals_torch_backend():
     for a, b in zip(svds_xp.svds_jvp(A.numpy(), U.numpy(), S.numpy(), V.numpy(), dA.numpy()),
                     svds_torch.svds_jvp(A, U, S, V, dA)):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("m, n", [(6, 3), (3, 6)])
+def test_full_matrices_basis_dependent_loss_raises(dtype, m, n):
+    """The extra columns are any orthonormal basis of the complement: a loss through one of them
+    (not through their span) has no gradient, and the derived residual skew(U2^H gU2) says so."""
+    from adjointgen.runtime import gauge
+
+    A = torch.randn(m, n, dtype=dtype, generator=torch.Generator().manual_seed(92)).requires_grad_()
+    U, S, Vh = agt.svd(A, full_matrices=True)
+    k = min(m, n)
+    extra = U[:, k] if m > n else Vh[k]
+    with pytest.raises(gauge.PhaseDependentLossError, match="extra columns"):
+        torch.autograd.grad((extra * torch.arange(1, extra.shape[0] + 1)).abs().sum(), A)
+    U, S, Vh = agt.svd(A, full_matrices=True)  # through the span: fine
+    P = U[:, k:] @ U[:, k:].mH if m > n else Vh[k:].mH @ Vh[k:]
+    g, = torch.autograd.grad(P.diagonal().real.sum() + (P.abs() ** 2 * torch.arange(P.shape[0])).sum(), A)
+    assert torch.isfinite(g).all()

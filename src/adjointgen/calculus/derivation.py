@@ -175,9 +175,16 @@ class Derivation:
         """An anti-Hermitian diagonal symbol (``i`` times a real diagonal): a phase parameter."""
         if not self.structure.complex:
             raise DerivationError(f"{self.path}: an imaginary diagonal needs field='complex'")
-        sym = MatrixSymbol(name, n, n)
-        self.structure.diagonal.add(name)
-        self.structure.skew.add(name)
+        return self.parameter(name, n, n, skew=True, diagonal=True)
+
+    def parameter(self, name: str, rows, cols, *, skew: bool = False, diagonal: bool = False) -> MatrixSymbol:
+        """A gauge parameter with its structure (``skew``: anti-Hermitian, e.g. the generator of a
+        rotation ``U2 -> U2 e^Ω`` of a basis)."""
+        sym = MatrixSymbol(name, rows, cols)
+        if skew:
+            self.structure.skew.add(name)
+        if diagonal:
+            self.structure.diagonal.add(name)
         return sym
 
     @staticmethod
@@ -727,7 +734,9 @@ class Derivation:
         from .nodes import Skew
 
         total = sp.MatAdd(*parts) if len(parts) > 1 else parts[0]
-        projected = DiagPart(total) if T.name not in self.structure.skew else DiagPart(Skew(total))
+        # the projection onto the parameter's structure (<R, Θ> only sees that part of R)
+        projected = Skew(total) if T.name in self.structure.skew else total
+        projected = DiagPart(projected) if T.name in self.structure.diagonal else projected
         raw = self._norm(projected)
         eq = Equation(MatrixSymbol("R", *T.shape), raw)
         self._record("gauge", f"gauge residual R = {raw}: the loss's derivative along the gauge", eq,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["PhaseDependentLossError", "check", "disabled", "enabled", "set_enabled"]
+__all__ = ["PhaseDependentLossError", "check", "check_basis", "disabled", "enabled", "set_enabled"]
 
 _ENABLED = True
 
@@ -25,7 +25,8 @@ _WHAT = {
 
 
 class PhaseDependentLossError(ValueError):
-    """The loss depends on the phase of a singular vector: its gradient is not defined."""
+    """The loss depends on a gauge of the outputs (the phase of a singular vector or eigenvector,
+    the basis of the extra ``full_matrices`` columns): its gradient is not defined."""
 
 
 def enabled() -> bool:
@@ -73,4 +74,27 @@ def check(op: str, residual, *cotangents) -> None:
                 f"{op}: the loss depends on the phase of {what} {j} (relative residual {worst:.2e}): "
                 f"complex {what}s are defined only up to a phase e^{{i theta}} each, and a loss must be "
                 f"invariant to it, e.g. use {how} instead of the vectors themselves. "
+                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+
+
+def check_basis(op: str, residual, cotangent) -> None:
+    """The rotation gauge ``U2 -> U2 exp(Ω)`` of the extra ``full_matrices`` columns: raise when
+    ``‖R‖ = ‖skew(U2^H gU2)‖`` exceeds ``sqrt(eps) ‖gU2‖`` (a loss must use U2 only through its span,
+    e.g. the projector ``U2 U2^H``)."""
+    import torch
+
+    from .checks import _is_traced
+
+    if _is_traced(residual):
+        return
+    with torch.no_grad():
+        real = residual.real.dtype if residual.is_complex() else residual.dtype
+        size = torch.linalg.matrix_norm(residual)
+        scale = torch.linalg.matrix_norm(cotangent)
+        if bool((size > (torch.finfo(real).eps ** 0.5) * scale + torch.finfo(real).tiny).any()):
+            worst = float((size / scale.clamp_min(torch.finfo(real).tiny)).max())
+            raise PhaseDependentLossError(
+                f"{op}: the loss depends on the basis of the extra columns of full_matrices=True "
+                f"(relative residual {worst:.2e}): only their span is defined, so use them through "
+                "the projector U2 U2^H (or |U2|-free invariants of it). "
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")

@@ -11,8 +11,11 @@ from . import gauge as _gauge
 
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2):
+    check = _gauge.enabled()
+    if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
+        _gauge.check_basis("svd", complement.svd_complement_gauge(U2, gU2), gU2)
     if U.is_complex():
-        if _gauge.enabled():
+        if check:
             gA, residual = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV)
             _gauge.check("svd", residual, gU, gV)
         else:
