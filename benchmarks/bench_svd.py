@@ -16,6 +16,21 @@ from _timing import median_time, table  # noqa: E402
 import adjointgen.torch as agt  # noqa: E402
 
 
+def invariant_cotangents(A, dtype, g):
+    """Random cotangents (gU, gS, gVh); for complex A made phase invariant,
+    Im diag(U^H gU + Vh gVh^H) = 0, so that both libraries' phase checks pass."""
+    m, n = A.shape
+    real = torch.empty(0, dtype=dtype).real.dtype
+    gU = torch.randn(m, n, dtype=dtype, generator=g).to(A.device)
+    gS = torch.randn(n, dtype=real, generator=g).to(A.device)
+    gVh = torch.randn(n, n, dtype=dtype, generator=g).to(A.device)
+    if dtype.is_complex:
+        U, _, Vh = torch.linalg.svd(A, full_matrices=False)
+        r = (torch.diagonal(U.mH @ gU) + torch.diagonal(Vh @ gVh.mH)).imag
+        gU = gU - U * (1j * r)
+    return gU, gS, gVh
+
+
 def backward_time(svd, A, grads, sync):
     A = A.detach().requires_grad_()
     outs = svd(A)
@@ -36,16 +51,8 @@ def main():
     for dtype in (torch.float64, torch.float32, torch.complex128, torch.complex64):
         for m, n in shapes:
             g = torch.Generator().manual_seed(m)
-            real = torch.empty(0, dtype=dtype).real.dtype
             A = torch.randn(m, n, dtype=dtype, generator=g).to(args.device)
-            grads = (torch.randn(m, n, dtype=dtype, generator=g).to(args.device),
-                     torch.randn(n, dtype=real, generator=g).to(args.device),
-                     torch.randn(n, n, dtype=dtype, generator=g).to(args.device))
-            if dtype.is_complex:  # phase-invariant cotangents: Im diag(U^H gU + Vh gVh^H) = 0
-                U, _, Vh = torch.linalg.svd(A, full_matrices=False)
-                gU, gS, gVh = grads
-                r = (torch.diagonal(U.mH @ gU) + torch.diagonal(Vh @ gVh.mH)).imag
-                grads = (gU - U * (1j * r), gS, gVh)
+            grads = invariant_cotangents(A, dtype, g)
             t_gen = backward_time(agt.svd, A, grads, sync)
             t_ref = backward_time(lambda a: torch.linalg.svd(a, full_matrices=False), A, grads, sync)
             rows.append((str(dtype).replace("torch.", ""), f"{m}x{n}", f"{t_gen * 1e3:.1f}", f"{t_ref * 1e3:.1f}",
@@ -73,14 +80,9 @@ def cupy_backward(shapes, sync):
     for dtype in (torch.float64, torch.float32, torch.complex128):
         for m, n in shapes:
             g = torch.Generator().manual_seed(m)
-            real = torch.empty(0, dtype=dtype).real.dtype
             A = torch.randn(m, n, dtype=dtype, generator=g).cuda()
             U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-            gU, gVh = torch.randn(m, n, dtype=dtype, generator=g).cuda(), torch.randn(n, n, dtype=dtype, generator=g).cuda()
-            gS = torch.randn(n, dtype=real, generator=g).cuda()
-            if dtype.is_complex:
-                r = (torch.diagonal(U.mH @ gU) + torch.diagonal(Vh @ gVh.mH)).imag
-                gU = gU - U * (1j * r)
+            gU, gS, gVh = invariant_cotangents(A, dtype, g)
             xs = [cp.asarray(t.resolve_conj().contiguous()) for t in (U, S, Vh.mH, gU, gS, gVh.mH)]
             vjp = rules_xp.svd_vjp_complex if dtype.is_complex else rules_xp.svd_vjp
             t_cp = median_time(lambda: vjp(*xs), sync=cp.cuda.Device().synchronize)

@@ -16,7 +16,7 @@ from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
 from .eigsolvers import partial_eigh
 from .linear_operator import LinearOperator, sparse_lowrank_pattern_grad
-from .solvers import default_tol, solve_options
+from .solvers import backward_tol, solve_options
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class EigshFunction(torch.autograd.Function):
         generalized = opB is not None
         args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
         module = rules_generalized if generalized else rules
-        with solve_options(tol=_solve_tol(spec, w)):
+        with solve_options(tol=backward_tol(spec.tol, w.dtype)):
             if _dense(opA) and (opB is None or _dense(opB)):
                 grads = module.eigsh_generalized_vjp(*args) if generalized else (module.eigsh_vjp(*args),)
                 gA, gB = grads[0], (grads[1] if generalized else None)
@@ -93,18 +93,12 @@ class EigshFunction(torch.autograd.Function):
         w, V, A, B = ctx.saved_tensors
         if ctx.spec.A_op is not None or not _dense(A) or (B is not None and not _dense(B)):
             raise NotImplementedError("forward mode of eigsh needs dense A and B")
-        with solve_options(tol=_solve_tol(ctx.spec, w)):
+        with solve_options(tol=backward_tol(ctx.spec.tol, w.dtype)):
             if B is None:
                 return rules.eigsh_jvp(A, w, V, dA)
             dB = torch.zeros_like(B) if dB is None else dB
             dA = torch.zeros_like(A) if dA is None else dA
             return rules_generalized.eigsh_generalized_jvp(A, B, w, V, dA, dB)
-
-
-def _solve_tol(spec, w):
-    """The backward solves' tolerance, tied to the forward's (never looser than it)."""
-    base = default_tol(w.dtype)
-    return base if spec.tol is None else min(base, float(spec.tol))
 
 
 def _input_gradient(X, op, params, L, R, needed):

@@ -52,26 +52,34 @@ def disabled():
         set_enabled(previous)
 
 
-def check(op: str, residual, *cotangents) -> None:
-    """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
-    the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``)."""
+def _excess(residual, scale):
+    """``(relative size of |residual| / scale, whether it exceeds sqrt(eps))`` elementwise, or
+    ``None`` inside a functorch transform (no host read there)."""
     import torch
 
     from .checks import _is_traced
 
     if _is_traced(residual):
-        return
+        return None
+    real = residual.real.dtype if residual.is_complex() else residual.dtype
+    tiny = torch.finfo(real).tiny
+    bad = residual.abs() > (torch.finfo(real).eps ** 0.5) * scale + tiny
+    return (residual.abs() / scale.clamp_min(tiny)), bad
+
+
+def check(op: str, residual, *cotangents) -> None:
+    """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
+    the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``)."""
+    import torch
+
     with torch.no_grad():
-        real = residual.real.dtype if residual.is_complex() else residual.dtype
-        eps = torch.finfo(real).eps
-        scale = sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents)
-        bad = residual.abs() > (eps ** 0.5) * scale + torch.finfo(real).tiny
-        if bool(bad.any()):
+        found = _excess(residual, sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents))
+        if found is not None and bool(found[1].any()):
+            relative, bad = found
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
-            worst = float((residual.abs() / scale.clamp_min(torch.finfo(real).tiny)).max())
             what, how = _WHAT.get(op, ("vector", "|X| or X X^H"))
             raise PhaseDependentLossError(
-                f"{op}: the loss depends on the phase of {what} {j} (relative residual {worst:.2e}): "
+                f"{op}: the loss depends on the phase of {what} {j} (relative residual {float(relative.max()):.2e}): "
                 f"complex {what}s are defined only up to a phase e^{{i theta}} each, and a loss must be "
                 f"invariant to it, e.g. use {how} instead of the vectors themselves. "
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
@@ -83,18 +91,11 @@ def check_basis(op: str, residual, cotangent) -> None:
     e.g. the projector ``U2 U2^H``)."""
     import torch
 
-    from .checks import _is_traced
-
-    if _is_traced(residual):
-        return
     with torch.no_grad():
-        real = residual.real.dtype if residual.is_complex() else residual.dtype
-        size = torch.linalg.matrix_norm(residual)
-        scale = torch.linalg.matrix_norm(cotangent)
-        if bool((size > (torch.finfo(real).eps ** 0.5) * scale + torch.finfo(real).tiny).any()):
-            worst = float((size / scale.clamp_min(torch.finfo(real).tiny)).max())
+        found = _excess(torch.linalg.matrix_norm(residual), torch.linalg.matrix_norm(cotangent))
+        if found is not None and bool(found[1].any()):
             raise PhaseDependentLossError(
                 f"{op}: the loss depends on the basis of the extra columns of full_matrices=True "
-                f"(relative residual {worst:.2e}): only their span is defined, so use them through "
-                "the projector U2 U2^H (or |U2|-free invariants of it). "
+                f"(relative residual {float(found[0].max()):.2e}): only their span is defined, so use them "
+                "through the projector U2 U2^H (or |U2|-free invariants of it). "
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")

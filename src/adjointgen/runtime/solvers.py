@@ -36,6 +36,12 @@ def default_tol(dtype) -> float:
     return 1e-11 if dtype == torch.float64 else 1e-5
 
 
+def backward_tol(forward_tol, dtype) -> float:
+    """The backward solves' tolerance, tied to the forward's (never looser than it)."""
+    base = default_tol(dtype)
+    return base if forward_tol is None else min(base, float(forward_tol))
+
+
 def _is_dense(x) -> bool:
     return isinstance(x, torch.Tensor) and x.layout == torch.strided
 

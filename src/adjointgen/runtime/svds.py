@@ -12,7 +12,7 @@ import torch
 from ..generated.torch import svds as rules
 from .eigsolvers import partial_eigh
 from .linear_operator import LinearOperator
-from .solvers import DENSE_DIRECT_MAX_N, default_tol, solve_options
+from .solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
 
 
 class GramView:
@@ -43,11 +43,6 @@ class GramView:
                               params=(left, right), dtype=left.dtype, device=left.device, symmetric=True)
 
 
-def _solve_tol(tol, S):
-    base = default_tol(S.dtype)
-    return base if tol is None else min(base, float(tol))
-
-
 class SvdsFunction(torch.autograd.Function):
     """``(U, S, V) = svds(A, k)`` for one tall (m >= n) matrix; ``V`` is n×k."""
 
@@ -73,12 +68,12 @@ class SvdsFunction(torch.autograd.Function):
         gU = torch.zeros_like(U) if gU is None else gU
         gS = torch.zeros_like(S) if gS is None else gS
         gV = torch.zeros_like(V) if gV is None else gV
-        with solve_options(tol=_solve_tol(ctx.tol, S)):
+        with solve_options(tol=backward_tol(ctx.tol, S.dtype)):
             gA = rules.svds_vjp(GramView(A), U, S, V, gU, gS, gV)
         return gA, None, None, None, None
 
     @staticmethod
     def jvp(ctx, dA, *_):
         A, U, S, V = ctx.saved_tensors
-        with solve_options(tol=_solve_tol(ctx.tol, S)):
+        with solve_options(tol=backward_tol(ctx.tol, S.dtype)):
             return rules.svds_jvp(GramView(A), U, S, V, dA)
