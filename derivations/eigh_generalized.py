@@ -56,6 +56,8 @@ B = d.input("B", n, n, positive_definite=True)
 U = d.output("U", n, n, orthonormal="B", api="V")
 D = d.output("D", n, n, diagonal=True, api="w")
 d.api_outputs("w", "V")
+d.forward(torch="adjointgen.runtime.forward:eigh_generalized", numpy="adjointgen.runtime.xp:eigh_generalized",
+          checked=("positive_definite",))
 dA, dB, dU, dD = d.tangent(A), d.tangent(B), d.tangent(U), d.tangent(D)
 d.instances(sample, [{"n": 4}, {"n": 5}, {"n": 6}])
 

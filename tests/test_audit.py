@@ -21,6 +21,7 @@ def test_every_derivation_passes_its_audit(root, name):
 
 
 def _copy_project(root, tmp_path):
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
     for sub in ("derivations", "templates", "generated"):
         shutil.copytree(root / sub, tmp_path / sub)
     return tmp_path

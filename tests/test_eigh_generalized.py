@@ -113,7 +113,7 @@ def test_float32_runs_and_agrees_roughly():
     "make_B, match",
     [
         (lambda n: -torch.eye(n, dtype=torch.float64), "not positive definite"),
-        (lambda n: torch.eye(n + 1, dtype=torch.float64), "shape of A"),
+        (lambda n: torch.eye(n + 1, dtype=torch.float64), "dimension n must agree"),
         (lambda n: torch.triu(torch.ones(n, n, dtype=torch.float64)), "B is not symmetric"),
         (lambda n: torch.full((n, n), float("nan"), dtype=torch.float64), "NaN"),
         (lambda n: torch.eye(n, dtype=torch.float32), "dtype"),

@@ -31,6 +31,7 @@ def test_headers_name_sources_and_hash(root):
 def test_check_reports_a_diff_when_out_of_date(root, tmp_path):
     import shutil
 
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
     for sub in ("derivations", "templates", "generated"):
         shutil.copytree(root / sub, tmp_path / sub)
     target = tmp_path / "generated" / "torch" / "eigh.py"

@@ -1,54 +1,67 @@
-"""Command line: ``adjointgen generate|audit|list`` (also ``python -m adjointgen``)."""
+"""adjointgen: derive, audit and generate JVP/VJP rules of matrix operations.
+
+Commands act on the project found from the current directory upward (a pyproject.toml with a
+[tool.adjointgen] table), or on --root DIR.
+"""
 from __future__ import annotations
 
 import argparse
-import html
 import sys
 import time
 from pathlib import Path
 
-from .audit import AuditError
-from .calculus.algebra import DerivationError
-from .codegen import generate as gen
+# Only the standard library at import time: `adjointgen --help`, `list` and `init` start without
+# SymPy or torch.  The commands import what they need.
 
 
-def _root(args) -> Path:
-    return gen.find_root(args.root)
+def _project(args):
+    from .project import load_project
+
+    return load_project(args.root)
 
 
 def cmd_generate(args) -> int:
-    root = _root(args)
+    from .codegen import generate as gen
+
+    project = _project(args)
     t0 = time.perf_counter()
     try:
-        files = gen.render(root, args.names)
+        files = gen.render(project, args.names, jobs=args.jobs)
     except gen.GenerationFailed as exc:
         if exc.report_text:
             print(exc.report_text, file=sys.stderr)
         print(f"error: {exc}\nnothing was written.", file=sys.stderr)
         return 1
-    remove = gen.stale(files, root) if not args.names else []
+    remove = gen.stale(files, project) if not args.names else []
+    out = project.relative(project.output) + "/"
     if args.check:
-        diff = gen.check(files, root, remove)
+        diff = gen.check(files, project, remove)
         if diff:
             sys.stdout.write(diff)
-            print("\ngenerated/ is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
+            print(f"\n{out} is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
             return 1
-        print(f"generated/ is in sync ({len(files)} files, {time.perf_counter() - t0:.1f} s)")
+        print(f"{out} is in sync ({len(files)} files, {time.perf_counter() - t0:.1f} s)")
         return 0
     written = gen.write(files, remove)
     for p in written:
-        print(f"wrote {p.relative_to(root)}")
+        print(f"wrote {project.relative(p)}")
     print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s")
     return 0
 
 
 def cmd_audit(args) -> int:
-    root = _root(args)
-    names = args.names or gen.derivation_names(root)
+    from .calculus.algebra import DerivationError
+    from .codegen import generate as gen
+
+    project = _project(args)
+    names = args.names or project.derivation_names()
+    for name in names:
+        project.derivation_path(name)
     ok = True
+    audited = []
     for name in names:
         try:
-            a = gen.audit_one(root, name, symbolic=not args.numeric_only)
+            a = gen.audit_one(project, name, symbolic=not args.numeric_only)
         except DerivationError as exc:
             print(f"{name}: error: {exc}")
             ok = False
@@ -56,6 +69,8 @@ def cmd_audit(args) -> int:
         print(a.report.to_text())
         if a.report.passed:
             for rule in (a.derivation.jvp, a.derivation.vjp):
+                if rule is None:
+                    continue
                 for out, expr in rule.code.items():
                     print(f"  {out} = {expr}")
         else:
@@ -63,60 +78,93 @@ def cmd_audit(args) -> int:
             print(f"  first failure: step {f.index} '{f.label}' ({a.report.path}"
                   f"{':' + str(f.line) if f.line else ''}): {f.failure}")
         ok &= a.report.passed
-        if args.html:
-            out = Path(args.html)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{name}.html").write_text(_html(a))
+        audited.append(a)
+    if args.html:
+        from .audit.html import write_site
+
+        out = Path(args.html)
+        for path in write_site(project, audited, out):
+            print(f"wrote {path}")
     return 0 if ok else 1
 
 
-def _html(a) -> str:
-    rows = []
-    for s, r in zip(a.derivation.steps, a.report.steps):
-        res = "" if r.residual is None else f"{r.residual:.2e}"
-        cls = "pass" if r.passed else "fail"
-        rows.append(
-            f"<tr class='{cls}'><td>{r.index}</td><td>{html.escape(r.label)}</td><td>{r.kind}</td>"
-            f"<td><code>{html.escape(str(s.equation) if s.equation is not None else '')}</code></td>"
-            f"<td>{res}</td><td>{html.escape(r.symbolic)}</td></tr>"
-        )
-    return (
-        "<!doctype html><meta charset='utf-8'><title>audit: " + html.escape(a.report.name) + "</title>"
-        "<style>td{padding:2px 8px;border-bottom:1px solid #ddd}.fail{background:#fdd}</style>"
-        f"<h1>{html.escape(a.report.name)}: {html.escape(a.report.title)}</h1>"
-        "<table><tr><th>#</th><th>step</th><th>operation</th><th>equation</th><th>residual</th><th>symbolic</th></tr>"
-        + "".join(rows) + "</table>"
-    )
-
-
 def cmd_list(args) -> int:
-    root = _root(args)
-    for name in gen.derivation_names(root):
-        # the CUDA file exists only for operations with elementwise kernels
-        outs = ", ".join(b.output.format(name=name) for b in gen.BACKENDS
-                         if b.name != "cuda" or (root / "generated" / b.output.format(name=name)).is_file())
-        print(f"{name:17s} derivations/{name}.py -> generated/{{{outs}}}")
+    project = _project(args)
+    names = project.derivation_names()
+    if not names:
+        print(f"no derivations in {project.relative(project.derivations)}/")
+        return 0
+    width = max(len(n) for n in names)
+    for name in names:
+        outs = []
+        for backend in project.backends:
+            path = project.output_file(backend, name)
+            if backend == "cuda" and not path.is_file():
+                continue  # CUDA files exist only for operations with elementwise kernels
+            outs.append(project.relative(path))
+        print(f"{name:{width}s}  {project.relative(project.derivation_path(name))} -> {', '.join(outs)}")
+    return 0
+
+
+def cmd_init(args) -> int:
+    from .skeleton import write_project
+
+    try:
+        written = write_project(Path(args.dir), package=args.package, force=args.force)
+    except FileExistsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for p in written:
+        print(f"wrote {p}")
+    print(f"next: cd {args.dir} && adjointgen generate && python -m pytest -q")
+    return 0
+
+
+def cmd_reference(args) -> int:
+    from .reference import reference_markdown
+
+    text = reference_markdown()
+    if args.check:
+        path = Path(args.check)
+        if not path.is_file() or path.read_text() != text:
+            print(f"{path} is out of date: run `adjointgen reference > {path}`", file=sys.stderr)
+            return 1
+        print(f"{path} is in sync")
+        return 0
+    sys.stdout.write(text)
     return 0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="adjointgen", description=__doc__)
-    p.add_argument("--root", help="project tree (default: found from the current directory upward)")
+    p = argparse.ArgumentParser(prog="adjointgen", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", help="project folder (default: found from the current directory upward)")
     sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="audit and regenerate generated/ (writes nothing if an audit fails)")
+    g = sub.add_parser("generate", help="audit and regenerate the output package (writes nothing if an audit fails)")
     g.add_argument("names", nargs="*", help="operations (default: all)")
-    g.add_argument("--check", action="store_true", help="fail with a diff if generated/ is out of date")
+    g.add_argument("--check", action="store_true", help="fail with a diff if the output package is out of date")
+    g.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
     g.set_defaults(func=cmd_generate)
     a = sub.add_parser("audit", help="print every derivation step with its residual")
     a.add_argument("names", nargs="*")
-    a.add_argument("--html", metavar="DIR", help="also write an HTML report per operation")
+    a.add_argument("--html", metavar="DIR", help="also write self-contained HTML pages (MathML) to DIR")
     a.add_argument("--numeric-only", action="store_true", help="skip the symbolic checks")
     a.set_defaults(func=cmd_audit)
-    sub.add_parser("list", help="operations, backends and derivation files").set_defaults(func=cmd_list)
+    sub.add_parser("list", help="operations, their derivation files and generated files").set_defaults(func=cmd_list)
+    i = sub.add_parser("init", help="write a minimal project: configuration, an example derivation and its test")
+    i.add_argument("dir", help="folder of the new project (created; must not hold a pyproject.toml)")
+    i.add_argument("--package", help="the generated package (default: <dir name>._adjoint)")
+    i.add_argument("--force", action="store_true", help="overwrite existing files")
+    i.set_defaults(func=cmd_init)
+    r = sub.add_parser("reference", help="print the reference of derivation steps and the sampler contract (markdown)")
+    r.add_argument("--check", metavar="FILE", help="fail if FILE differs from the reference")
+    r.set_defaults(func=cmd_reference)
     args = p.parse_args(argv)
+    from .project import ProjectError
+
     try:
         return args.func(args)
-    except gen.ProjectError as exc:
+    except ProjectError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -11,10 +11,10 @@ import warnings
 
 import torch
 
-from .generated.torch.eigh import EighFunction
-from .generated.torch.eigh_generalized import EighGeneralizedFunction
+from .generated.torch import eigh as _eigh
+from .generated.torch import eigh_generalized as _eigh_generalized
+from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
-from .generated.torch.svd import SvdFunction
 from .runtime import checks
 
 __all__ = ["eigh", "eigsh", "pinv", "svd", "svds"]
@@ -28,8 +28,8 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
         A: real symmetric matrices ``(..., n, n)``, float32 or float64, or (without ``B``) complex
             Hermitian ones, complex64 or complex128.  Only symmetric (Hermitian) perturbations are
             meaningful, so the gradient with respect to ``A`` is symmetric (Hermitian).
-        B: optional symmetric positive definite matrices of the same shape (broadcast over the
-            batch); differentiable too (symmetric gradient).
+        B: optional symmetric positive definite matrices of the same shape (batch dimensions
+            broadcast); differentiable too (symmetric gradient).
 
     Returns:
         ``(w, V)``: eigenvalues ascending ``(..., n)`` and eigenvectors ``(..., n, n)``,
@@ -39,24 +39,15 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
     Gradients of the eigenvectors are defined only for distinct eigenvalues; a loss must not
     depend on the sign of an eigenvector, nor (complex) on its phase ``e^{iθ}``: the backward
     checks the derived gauge residual and raises
-    :class:`adjointgen.runtime.gauge.PhaseDependentLossError` (see :mod:`adjointgen.runtime.gauge`).
+    :class:`adjointgen.GaugeDependentLossError` (see :mod:`adjointgen.runtime.gauge`).
 
     Raises:
         ValueError: ``A`` (or ``B``) not a square floating matrix, not symmetric (within 100 eps
             relative), containing NaN/Inf; ``B`` not positive definite or of another shape.
     """
-    checks.symmetric_matrix(A, "A", complex_ok=B is None)
     if B is None:
-        return EighFunction.apply(A)
-    checks.symmetric_matrix(B, "B")
-    if B.shape[-2:] != A.shape[-2:]:
-        raise ValueError(f"B must have the shape of A: A is {tuple(A.shape)}, B is {tuple(B.shape)}")
-    if B.dtype != A.dtype:
-        raise ValueError(f"B must have A's dtype {A.dtype}, got {B.dtype}")
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-    A = A.expand(*batch, *A.shape[-2:])
-    B = B.expand(*batch, *B.shape[-2:])
-    return EighGeneralizedFunction.apply(A, B)
+        return _eigh.eigh(A)
+    return _eigh_generalized.eigh_generalized(A, B)
 
 
 def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
@@ -119,11 +110,9 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
             integer dtype, ``hermitian=True`` with a non-square or non-symmetric matrix.
     """
     checks.tensor(A, "A")
-    if A.dim() < 2:
-        raise ValueError(f"A must have shape (..., m, n), got {tuple(A.shape)}")
     checks.floating(A, "A")
+    checks.matrix(A, "A", square=hermitian)  # finiteness is checked by the forward, in its one host transfer
     if hermitian:
-        checks.matrix(A, "A", square=True)
         checks.symmetric(A, "A")
         A = 0.5 * (A + A.mT)  # equal for valid input; the gradient is symmetric, as for eigh
     return PinvFunction.apply(A, (atol, rtol, hermitian))
@@ -153,21 +142,16 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
     Raises:
         ValueError: NaN/Inf, empty dimensions, integer dtype, fewer than two dimensions.
     """
-    checks.tensor(A, "A")
-    checks.floating(A, "A", complex_ok=True)
-    checks.matrix(A, "A")
-    checks.finite(A, "A")
-    if full_matrices and A.shape[-1] != A.shape[-2]:
+    if full_matrices and isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
+        checks.matrix_input(A, "A", complex_ok=True)
         from .runtime.svd import SvdFullFunction
 
         U, S, Vh = SvdFullFunction.apply(A)
-        if A.requires_grad and not checks._is_traced(A):
-            _warn_degenerate(S)
-        return U, S, Vh
-    U, S, V = SvdFunction.apply(A)
+    else:
+        U, S, Vh = _svd.svd(A)
     if A.requires_grad and not checks._is_traced(A):
         _warn_degenerate(S)
-    return U, S, V.mH
+    return U, S, Vh
 
 
 def _warn_degenerate(S: torch.Tensor) -> None:

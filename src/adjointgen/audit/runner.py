@@ -21,6 +21,7 @@ import numpy as np
 import sympy as sp
 from sympy.matrices.expressions import MatrixSymbol
 
+from ..calculus.algebra import DerivationError
 from ..calculus.derivation import Derivation
 from ..calculus.evaluate import NotExplicit, evaluate
 
@@ -117,11 +118,29 @@ def _random_structured(rng, shape, name, structure, complex_=False):
     return x
 
 
+def instances(d: Derivation, seed: int = 0) -> list:
+    """The audit's numeric instances of ``d`` (sampled once per derivation object and seed)."""
+    cache = d.__dict__.setdefault("_instances_cache", {})
+    if seed not in cache:
+        cache[seed] = list(_instances(d, seed))
+    return cache[seed]
+
+
 def _instances(d: Derivation, seed: int):
     rng = np.random.default_rng(seed)
     for dims_by_name in d.audit_dims:
+        missing_dims = [s.name for s in d.dims if s.name not in dims_by_name]
+        where = f"{d.path}:{d.instances_line}" if d.instances_line else d.path
+        if missing_dims:
+            raise DerivationError(f"{where}: instances() entry {dims_by_name} gives no value for the "
+                                  f"dimension(s) {', '.join(missing_dims)}")
         dims = {s: dims_by_name[s.name] for s in d.dims}
-        env = dict(d.sampler(rng, **dims_by_name))
+        try:
+            sample = d.sampler(rng, **dims_by_name)
+        except Exception as exc:
+            raise DerivationError(f"{where}: the sampler {_name(d.sampler)}(rng, **{dims_by_name}) raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        env = dict(_checked_sample(d, sample, dims, dims_by_name, where))
         for sym, definition in d.introduced:
             env[sym.name] = evaluate(definition, env, dims)
         complex_ = any(np.iscomplexobj(v) for v in env.values())
@@ -137,6 +156,45 @@ def _instances(d: Derivation, seed: int):
         ctx = _Context(env, dims, d.structure, cot)
         ctx.definitions = {sym.name: definition for sym, definition in d.introduced}
         yield ctx
+
+
+def _name(f) -> str:
+    return getattr(f, "__name__", repr(f))
+
+
+def _checked_sample(d: Derivation, sample, dims, dims_by_name, where) -> dict:
+    """The sampler's result, checked against its contract (see :meth:`Derivation.instances`)."""
+    call = f"the sampler {_name(d.sampler)}(rng, **{dims_by_name})"
+    if not isinstance(sample, dict):
+        raise DerivationError(f"{where}: {call} must return a dict of arrays keyed by symbol name, "
+                              f"got {type(sample).__name__}")
+    ruled = {o.name for o in d.rule_outputs}
+    required = {}
+    for s in d.inputs:
+        required[s.name] = (s, "input")
+        required["d" + s.name] = (s, "input tangent (a random direction)")
+    for s in d.outputs:
+        required[s.name] = (s, "output")
+        if s.name in ruled:
+            required["d" + s.name] = (s, "output tangent (finite differences along the input tangents)")
+    missing = [k for k in required if k not in sample]
+    if missing:
+        described = "; ".join(f"{k} ({required[k][1]})" for k in missing)
+        raise DerivationError(
+            f"{where}: {call} returned no {described}. A sampler returns every input and output, a "
+            "random tangent d<input> per input and the output tangents d<output> measured by finite "
+            "differences (adjointgen.audit.fd_tangents); it returned: " + ", ".join(sorted(sample)))
+    for key, (sym, role) in required.items():
+        value = sample[key]
+        if not isinstance(value, np.ndarray):
+            raise DerivationError(f"{where}: {call}: {key} ({role}) must be a numpy array, got {type(value).__name__}")
+        shape = tuple(int(sp.sympify(x).xreplace(dims)) for x in sym.shape)
+        if value.shape != shape:
+            raise DerivationError(f"{where}: {call}: {key} ({role}) has shape {value.shape}, the derivation "
+                                  f"declares {sym.name} as {sym.shape[0]}×{sym.shape[1]} = {shape}")
+        if not np.all(np.isfinite(value)):
+            raise DerivationError(f"{where}: {call}: {key} ({role}) has NaN or Inf entries")
+    return sample
 
 
 def _symbolic_env(d: Derivation, size: int = 3):
@@ -210,9 +268,10 @@ def _has_inverse(step) -> bool:
 def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict)."""
     if d.sampler is None:
-        raise ValueError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
-                         "(call d.instances(...) before the first step)")
-    contexts = list(_instances(d, seed)) if d.sampler is not None else []
+        raise DerivationError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
+                              "(call d.instances(sampler, [dims, ...]) before the first step; see "
+                              "Derivation.instances for the sampler's contract)")
+    contexts = instances(d, seed)
     sym_env = _symbolic_env(d) if symbolic else None
     # explicit inverses of 3x3 symbolic matrices are slow to simplify: steps with B^-1 use 2x2
     sym_env_small = _symbolic_env(d, 2) if symbolic else None

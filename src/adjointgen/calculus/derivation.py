@@ -75,6 +75,135 @@ class Step:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class ForwardRef:
+    """An importable function: ``module`` and ``attr`` (``xp`` set: ``attr`` is a dotted path on the
+    array module of the inputs, NumPy or CuPy)."""
+
+    module: str
+    attr: str
+    xp: bool = False
+
+    @classmethod
+    def parse(cls, value, backend: str, where: str) -> "ForwardRef":
+        if callable(value) and not isinstance(value, str):
+            module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+            if (not module or module == "__main__" or module.startswith("adjointgen_derivation_")
+                    or not name.isidentifier()):
+                raise DerivationError(
+                    f"{where}: the {backend} forward {name or value!r} must be importable by the generated "
+                    "code: give its name as a string ('package.module:function') or pass a function defined at "
+                    "the top level of an importable module (not in the derivation file, not a lambda)")
+            return cls(module, name)
+        if not isinstance(value, str):
+            raise DerivationError(f"{where}: the {backend} forward must be a name or a function, got {value!r}")
+        if backend == "numpy" and value.startswith("xp."):
+            attr = value[3:]
+            if not all(part.isidentifier() for part in attr.split(".")):
+                raise DerivationError(f"{where}: {value!r} is not a dotted name")
+            return cls("xp", attr, xp=True)
+        module, sep, attr = value.partition(":") if ":" in value else value.rpartition(".")
+        if not sep or not attr.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+            raise DerivationError(f"{where}: the {backend} forward {value!r} is not an importable name "
+                                  "('package.module.function' or 'package.module:function')")
+        return cls(module, attr)
+
+    @property
+    def name(self) -> str:
+        return f"xp.{self.attr}" if self.xp else f"{self.module}:{self.attr}"
+
+    def resolve(self, xp=None):
+        """The function (``xp``: the array module for ``xp.`` names)."""
+        import functools
+        import importlib
+
+        if self.xp:
+            return functools.reduce(getattr, self.attr.split("."), xp)
+        try:
+            module = importlib.import_module(self.module)
+        except ImportError as exc:
+            raise DerivationError(f"the forward {self.name} cannot be imported: {exc}") from None
+        if not hasattr(module, self.attr):
+            raise DerivationError(f"the forward {self.name}: module {self.module} has no attribute {self.attr!r}")
+        return getattr(module, self.attr)
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    """What :meth:`Derivation.forward` declared."""
+
+    torch: ForwardRef | None
+    numpy: ForwardRef | None
+    options: tuple[tuple[str, object], ...]
+    checked: tuple[str, ...]
+    line: int | None
+
+
+def forward_outputs(d: "Derivation", out, xp) -> dict:
+    """The derivation's output symbols from what a forward returned (API order, diagonal outputs as
+    vectors, outputs with a form in that form), as matrices keyed by symbol name."""
+    values = out if isinstance(out, tuple) else (tuple(out) if isinstance(out, list) else (out,))
+    order = d.api_output_order or [d.api_names[o.name] for o in d.outputs]
+    by_api = {d.api_names[o.name]: o for o in d.outputs}
+    if len(values) != len(order):
+        raise DerivationError(f"the forward returned {len(values)} value(s); the derivation has the outputs "
+                              f"{', '.join(order)} (in this order)")
+    result = {}
+    for api, value in zip(order, values):
+        sym = by_api[api]
+        if sym.name in d.public_forms and d.public_forms[sym.name][1] == "adjoint":
+            value = xp.conj(xp.swapaxes(value, -1, -2)) if hasattr(xp, "swapaxes") else value.mH
+        if sym.name in d.structure.diagonal:
+            value = xp.diag(value) if value.ndim == 1 else value
+        result[sym.name] = value
+    return result
+
+
+def _forward_check(d: "Derivation"):
+    """The declared NumPy forward, run on the instance's inputs: its outputs must satisfy every
+    identity of the derivation that involves primal values only."""
+
+    def check(ctx):
+        import numpy as np
+
+        spec = d.forward_spec
+        fn = spec.numpy.resolve(np)
+        out = fn(*[ctx.env[s.name] for s in d.inputs], **dict(spec.options))
+        return identity_residual(d, ctx, forward_outputs(d, out, np)), 1.0
+
+    return check
+
+
+def identity_residual(d: "Derivation", ctx, values: dict) -> float:
+    """The largest relative residual of the derivation's identities on primal values only (inputs
+    and outputs), with the outputs replaced by ``values`` (NumPy arrays by symbol name)."""
+    primal = {s.name for s in d.inputs + d.outputs}
+    env = dict(ctx.env)
+    env.update(values)
+    other = _Env(ctx, env)
+    worst = 0.0
+    for step in d.steps:
+        if step.kind != "identity" or step.equation is None:
+            continue
+        eq = step.equation
+        if not algebra.free_names(eq.lhs - eq.rhs) <= primal:
+            continue
+        valid, scale = step.check(ctx)
+        if not valid <= 1e-7 * scale:
+            continue  # the identity itself fails on the audit's instance: its own step reports it
+        value, scale = step.check(other)
+        worst = max(worst, value / scale)
+    return worst
+
+
+class _Env:
+    """An audit context with other values."""
+
+    def __init__(self, ctx, env):
+        self.__dict__.update(ctx.__dict__)
+        self.env = env
+
+
 @dataclass
 class Rule:
     """A derived rule: output name -> expression (raw, as derived, and rewritten for code)."""
@@ -122,7 +251,12 @@ class Derivation:
         self.vjp: Rule | None = None
         self.symmetric_inputs: set[str] = set()
         self.api_output_order: list[str] | None = None
-        self.forward_options: tuple[str, ...] = ()
+        self.forward_spec: ForwardSpec | None = None
+        self.positive_definite_inputs: set[str] = set()
+        #: output name -> (name in the public API, form): form "adjoint" means the public value
+        #: (and the forward's) is the conjugate transpose of the symbol (``Vh`` for ``V``)
+        self.public_forms: dict[str, tuple[str, str]] = {}
+        self.instances_line: int | None = None
         self.partial_rules = False
         self.error: str | None = None
         Derivation.created.append(self)
@@ -139,17 +273,33 @@ class Derivation:
         return t
 
     def input(self, name, rows, cols, *, symmetric=False, positive_definite=False):
-        """Declare an input (a tangent ``d<name>`` is created with the same structure)."""
+        """Declare an input (a tangent ``d<name>`` is created with the same structure).
+
+        ``symmetric`` (Hermitian in a complex derivation): only symmetric perturbations are
+        meaningful, the input cotangent is projected with ``sym``, and the generated public
+        function checks the symmetry.  ``positive_definite`` implies ``symmetric``; the public
+        function checks it (unless the forward declares that it does, see :meth:`forward`)."""
+        self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.inputs.append(s)
         if symmetric or positive_definite:
             self.structure.symmetric |= {name, "d" + name}
             self.symmetric_inputs.add(name)
+        if positive_definite:
+            self.positive_definite_inputs.add(name)
         self._tangent(s)
         return s
 
-    def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, api=None):
-        """Declare an output; ``api`` is its name in the generated functions (``w`` for ``D``)."""
+    def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, api=None, public=None,
+               form=None):
+        """Declare an output.
+
+        ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
+        stored there, and returned by the forward, as the vector of its diagonal.  ``public`` and
+        ``form`` describe the value the forward and the public function return when it is not the
+        symbol itself: ``form="adjoint"`` for the conjugate transpose (``public="Vh"`` for ``V``,
+        as ``torch.linalg.svd`` returns it)."""
+        self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.outputs.append(s)
         if diagonal:
@@ -157,8 +307,67 @@ class Derivation:
         if orthonormal:
             self.structure.orthonormal[name] = None if orthonormal is True else orthonormal
         self.api_names[name] = api or name
+        if form is not None or public is not None:
+            if form not in ("adjoint",):
+                self._fail(f"output {name}", f"form must be 'adjoint', got {form!r}")
+            self.public_forms[name] = (public or (api or name), form)
         self._tangent(s)
         return s
+
+    def _check_name(self, name):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol name {name!r} is not an identifier")
+        taken = {s.name for s in self.inputs + self.outputs}
+        if name in taken:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol {name!r} is declared twice")
+
+    def forward(self, *, torch=None, numpy=None, options=None, checked=(), label="the forward computation"):
+        """Declare the forward computation: what computes the outputs from the inputs.
+
+        Args:
+            torch: the torch forward, as an importable name (``"torch.linalg.inv"``,
+                ``"mypkg.ops:my_forward"``) or a function defined at the top level of an importable
+                module.  The generated autograd function calls it.
+            numpy: the NumPy/CuPy forward, likewise; a name starting with ``xp.`` is looked up on
+                the array module of the inputs (``"xp.linalg.inv"`` runs ``numpy.linalg.inv`` or
+                ``cupy.linalg.inv``).  The audit runs it on every instance and checks that its
+                outputs satisfy every identity of the derivation (a wrong output order or
+                convention fails there, at this line).
+            options: keyword options passed to both forwards, ``{name: default}``; they become
+                keyword arguments of the generated public function (``{"atol": None}``).
+            checked: input properties the forward verifies itself, raising ``ValueError``, so the
+                generated public function does not check them twice (``"positive_definite"``).
+
+        Both forwards take the inputs in declaration order and return the outputs in the order of
+        :meth:`api_outputs` (one output: the value itself), diagonal outputs as the vector of
+        their diagonal, outputs with a ``form`` (see :meth:`output`) in that form.
+        """
+        line = self._line()
+        where = f"{self.path}:{line or '?'}"
+        refs = {}
+        for backend, value in (("torch", torch), ("numpy", numpy)):
+            refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
+        if torch is None and numpy is None:
+            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both)")
+        opts = tuple((k, v) for k, v in (options or {}).items())
+        for k, v in opts:
+            if not k.isidentifier() or k in {s.name for s in self.inputs}:
+                raise DerivationError(f"{where}: option name {k!r} is not an identifier or clashes with an input")
+            if not isinstance(v, (type(None), bool, int, float, str)):
+                raise DerivationError(f"{where}: option {k!r} default must be None, a bool, number or string")
+        known = {"positive_definite", "symmetric", "finite"}
+        bad = sorted(set(checked) - known)
+        if bad:
+            raise DerivationError(f"{where}: checked= accepts {sorted(known)}, not {bad}")
+        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line)
+        check = _forward_check(self) if refs["numpy"] is not None else None
+        self._record("forward", label, None, check=check,
+                     note="the outputs of the declared NumPy forward satisfy every identity"
+                     if check else "no NumPy forward declared: the torch forward is checked when code is generated")
+
+    @property
+    def forward_options(self) -> tuple[str, ...]:
+        return () if self.forward_spec is None else tuple(k for k, _ in self.forward_spec.options)
 
     @property
     def rule_outputs(self) -> list:
@@ -198,12 +407,30 @@ class Derivation:
     def instances(self, sampler: Callable, dims: list[dict[str, int]]):
         """Register the numeric sampler used by the audit.
 
-        ``sampler(rng, **dims)`` returns a dict of float64 arrays by symbol name holding valid
-        primal inputs and outputs, random input tangents and the output tangents measured by
-        finite differences of a reference forward computation (never by a derived formula).
+        ``sampler(rng, **dims)`` is called once per entry of ``dims`` (a dict of keyword arguments:
+        every dimension symbol by name, plus any extra keys the sampler takes) with a
+        ``numpy.random.Generator``.  It returns a dict of float64 (or complex128) arrays keyed by
+        symbol name, holding:
+
+        * every input ``X`` and every output ``Y`` (a valid point of the operation; diagonal
+          outputs as diagonal matrices);
+        * a random tangent ``dX`` for every input (with the input's structure: symmetric for a
+          symmetric input);
+        * the tangent ``dY`` of every output along those input tangents, measured by finite
+          differences of a reference forward computation (:func:`adjointgen.audit.fd_tangents`),
+          never by a derived formula.
+
+        Cotangents and gauge parameters are drawn by the audit.  A missing key, an array of the
+        wrong shape, or a non-finite entry is reported with the sampler's name and this line.
         """
+        if not callable(sampler):
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: instances() needs a callable sampler")
+        if not isinstance(dims, (list, tuple)) or not dims or not all(isinstance(x, dict) for x in dims):
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: instances() needs a non-empty list of "
+                                  "dicts of dimensions, e.g. [{'n': 4}, {'n': 5}]")
         self.sampler = sampler
-        self.audit_dims = dims
+        self.audit_dims = list(dims)
+        self.instances_line = self._line()
 
     # ------------------------------------------------------------------ recording
     def _line(self) -> int | None:

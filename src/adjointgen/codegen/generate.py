@@ -1,8 +1,10 @@
-"""Load derivations, audit them, render every backend's templates, write or check ``generated/``.
+"""Load derivations, audit them, render every backend's templates, verify what was rendered, write
+or check the output package.
 
-Nothing is written unless every requested derivation passes its audit.  Output is deterministic:
-sorted iteration, canonical value names, no timestamps; a file is rewritten only when its content
-changes.
+Nothing is written unless every requested derivation passes its audit and every generated function
+reproduces the audited rule on the audit's own instances (:mod:`adjointgen.codegen.verify`).
+Output is deterministic: sorted iteration, canonical value names, no timestamps; a file is rewritten
+only when its content changes.
 """
 from __future__ import annotations
 
@@ -10,81 +12,83 @@ import difflib
 import hashlib
 import os
 import runpy
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
+from ..project import BACKENDS as BACKEND_DIRS
+from ..project import Project, ProjectError, find_project, load_project
 
-from ..audit import AuditError, AuditReport, audit
-from ..calculus.algebra import DerivationError
-from ..calculus.derivation import Derivation
-from .ir import OperationIR
-from .lower import lower_derivation
-from .printers import PRINTERS, scalar_c, scalar_python
+__all__ = [
+    "BACKENDS", "GenerationFailed", "ProjectError", "audit_one", "check", "derivation_names", "find_root",
+    "load_derivation", "load_derivation_file", "render", "stale", "write",
+]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """One target: its template, where its files go, which array printer it uses."""
+    """One target: its template, where its files go (under the output package), its printer."""
 
     name: str
-    template: str  # relative to templates/
-    output: str  # relative to generated/, with {name}
+    template: str  # template name, looked up in the project's templates, then the built-in ones
     printer: str | None
-    comment: str  # line-comment prefix for the header
+    comment: str | None  # line-comment prefix for the header (None: an HTML comment)
+
+    @property
+    def output(self) -> str:
+        """The file of an operation, relative to the output package, with ``{name}``."""
+        return BACKEND_DIRS[self.name]
 
 
 BACKENDS = (
-    Backend("torch", "torch/op.py.j2", "torch/{name}.py", "torch", "#"),
-    Backend("cupy", "cupy/op.py.j2", "cupy/{name}.py", "xp", "#"),
-    Backend("cuda", "cuda/op.cu.j2", "cuda/{name}.cu", None, "//"),
-    Backend("report", "report/audit.md.j2", "reports/{name}.md", None, None),
+    Backend("torch", "torch/op.py.j2", "torch", "#"),
+    Backend("cupy", "cupy/op.py.j2", "xp", "#"),
+    Backend("cuda", "cuda/op.cu.j2", None, "//"),
+    Backend("report", "report/audit.md.j2", None, None),
 )
 
-PACKAGES = (("torch", "torch/__init__.py"), ("cupy", "cupy/__init__.py"))
+#: the package ``__init__`` files: (backend that needs it, path under the output package)
+PACKAGE_FILES = (("torch", "torch/__init__.py"), ("cupy", "cupy/__init__.py"))
+PACKAGE_TEMPLATE = "package/__init__.py.j2"
 
 
-class ProjectError(Exception):
-    pass
+def _project(root) -> Project:
+    return root if isinstance(root, Project) else load_project(root)
 
 
-def find_root(start: str | os.PathLike | None = None) -> Path:
-    """The project tree: the nearest directory upward holding ``derivations/`` and ``templates/``."""
-    here = Path(start or os.getcwd()).resolve()
-    for p in (here, *here.parents):
-        if (p / "derivations").is_dir() and (p / "templates").is_dir():
-            return p
-    raise ProjectError(f"no adjointgen project (derivations/ and templates/) at or above {here}")
+def find_root(start=None) -> Path:
+    """The project folder at or above ``start`` (see :func:`adjointgen.project.find_project`)."""
+    return find_project(start)
 
 
-def derivation_names(root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / "derivations").glob("*.py") if not p.stem.startswith("_"))
+def derivation_names(root) -> list[str]:
+    return _project(root).derivation_names()
 
 
-def load_derivation(root: Path, name: str, *, partial: bool = False) -> Derivation:
-    """Run ``derivations/<name>.py`` and return its :class:`Derivation`.
-
-    With ``partial``, a script stopped by a :class:`DerivationError` still returns the derivation
-    with the steps recorded so far (the failed one last, ``d.error`` set) for the audit to report.
-    """
-    path = root / "derivations" / f"{name}.py"
-    if not path.is_file():
-        raise ProjectError(f"no derivation file {path} (known: {', '.join(derivation_names(root))})")
-    return load_derivation_file(path, partial=partial)
+def load_derivation(root, name: str, *, partial: bool = False) -> Derivation:
+    """Run ``<derivations>/<name>.py`` of the project and return its :class:`Derivation`."""
+    return load_derivation_file(_project(root).derivation_path(name), partial=partial)
 
 
 def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
     """Run one derivation script.  Its folder is importable while it runs, so that scripts can
-    share steps through helper modules (``derivations/_*.py``), as when run with ``python``."""
-    import sys
+    share steps through helper modules (``derivations/_*.py``), as when run with ``python``.
 
+    With ``partial``, a script stopped by a :class:`DerivationError` still returns the derivation
+    with the steps recorded so far (the failed one last, ``d.error`` set) for the audit to report.
+    Any other exception of the script is reported as a :class:`DerivationError` naming the file
+    and the line of the script where it happened."""
+    from ..calculus.algebra import DerivationError
+    from ..calculus.derivation import Derivation
+
+    path = Path(path).resolve()
     start = len(Derivation.created)
-    folder = str(Path(path).resolve().parent)
+    folder = str(path.parent)
     sys.path.insert(0, folder)
     try:
         ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
     except DerivationError as exc:
-        mine = [d for d in Derivation.created[start:] if d.path == str(Path(path).resolve())]
+        mine = [d for d in Derivation.created[start:] if d.path == str(path)]
         if partial and mine:
             d = mine[-1]
             if d.error is None:  # raised inside the engine rather than by a step
@@ -92,13 +96,26 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
                 d._record("error", "engine", None, note=str(exc))
             return d
         raise
+    except Exception as exc:
+        raise DerivationError(f"{_where(path, exc)}: {type(exc).__name__}: {exc}") from exc
     finally:
         del Derivation.created[start:]
         sys.path.remove(folder)
     found = [v for v in ns.values() if isinstance(v, Derivation)]
     if len(found) != 1:
-        raise ProjectError(f"{path} must define exactly one Derivation (found {len(found)})")
+        raise DerivationError(f"{path}: a derivation file must define exactly one Derivation (found {len(found)})")
     return found[0]
+
+
+def _where(path: Path, exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``exc`` inside the derivation script."""
+    import traceback
+
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == path:
+            line = frame.lineno
+    return f"{path}:{line}" if line else str(path)
 
 
 def helper_modules(path: Path) -> list[Path]:
@@ -109,9 +126,18 @@ def helper_modules(path: Path) -> list[Path]:
     return [path.parent / f"{name}.py" for name in sorted(set(names)) if (path.parent / f"{name}.py").is_file()]
 
 
-def _environment(root: Path) -> jinja2.Environment:
+# ------------------------------------------------------------------------------------- templates
+class TemplateError(ProjectError):
+    """A template is missing, malformed, or refers to something the generator does not provide."""
+
+
+def _environment(project: Project):
+    import jinja2
+
+    from .printers import scalar_c, scalar_python
+
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(root / "templates")),
+        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -125,15 +151,57 @@ def _environment(root: Path) -> jinja2.Environment:
     return env
 
 
-def _header(comment: str | None, sources: list[Path], root: Path) -> str:
+def _template(env, project: Project, name: str):
+    """The template ``name`` (the project's own first), with errors that say where it looked."""
+    import jinja2
+
+    try:
+        return env.get_template(name)
+    except jinja2.TemplateNotFound:
+        where = ", ".join(str(d) for d in project.template_dirs)
+        raise TemplateError(f"template {name!r} not found; looked in: {where}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from None
+
+
+def _render_template(template, **context) -> str:
+    import jinja2
+
+    try:
+        return template.render(**context)
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"{template.filename}: {exc} (the generator provides: "
+                            f"{', '.join(sorted(context))})") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"{template.filename}: {type(exc).__name__}: {exc}") from None
+
+
+def _source_label(project: Project, path: Path) -> str:
+    """How a header names a source: relative to the project, or ``adjointgen/templates/...`` for
+    the built-in templates of an installed adjointgen."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(project.root).as_posix()
+    except ValueError:
+        from ..project import builtin_templates
+
+        try:
+            return "adjointgen/templates/" + path.relative_to(builtin_templates().resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+
+def _header(comment: str | None, sources: list[Path], project: Project) -> str:
     digest = hashlib.sha256()
+    labels = []
     for s in sources:
-        digest.update(s.relative_to(root).as_posix().encode())
-        digest.update(s.read_bytes())
-    names = ", ".join(s.relative_to(root).as_posix() for s in sources)
+        label = _source_label(project, s)
+        labels.append(label)
+        digest.update(label.encode())
+        digest.update(Path(s).read_bytes())
     text = [
         "generated by adjointgen — do not edit.",
-        f"sources: {names}",
+        f"sources: {', '.join(labels)}",
         f"sha256 of sources: {digest.hexdigest()}",
         "edit the sources and run `adjointgen generate`.",
     ]
@@ -142,58 +210,28 @@ def _header(comment: str | None, sources: list[Path], root: Path) -> str:
     return "\n".join(f"{comment} {t}" for t in text)
 
 
+# ------------------------------------------------------------------------------------- audit
 @dataclass
 class Audited:
     derivation: Derivation
-    report: AuditReport
-    op: OperationIR
+    report: object  # AuditReport
+    op: object  # OperationIR or None
 
 
-def audit_one(root: Path, name: str, *, symbolic: bool = True) -> Audited:
-    d = load_derivation(root, name, partial=True)
+def audit_one(root, name: str, *, symbolic: bool = True) -> Audited:
+    from ..audit import audit
+    from .lower import lower_derivation
+
+    project = _project(root)
+    d = load_derivation(project, name, partial=True)
     report = audit(d, symbolic=symbolic)
-    op = lower_derivation(d, str(root)) if report.passed and d.error is None else None
+    op = lower_derivation(d, str(project.root), project.package) if report.passed and d.error is None else None
     return Audited(d, report, op)
 
 
-def render(root: Path, names: list[str] | None = None, *, jobs: int | None = None) -> dict[Path, str]:
-    """Audit the named derivations (all by default) and render their files.
-
-    Derivations are audited in parallel processes (``jobs``, default: the CPU count).  Raises
-    :class:`GenerationFailed` at the first failed step; nothing is rendered then.
-    """
-    all_names = derivation_names(root)
-    names = all_names if not names else list(names)
-    jobs = min(len(names), jobs or os.cpu_count() or 1)
-    if jobs > 1:
-        import concurrent.futures
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        # longest first (file size as the proxy for audit time), so that no long one starts last
-        order = sorted(names, key=lambda nm: -(root / "derivations" / f"{nm}.py").stat().st_size)
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            by_name = dict(zip(order, pool.map(_render_operation, [str(root)] * len(order), order)))
-        results = [by_name[nm] for nm in names]
-    else:
-        results = [_render_operation(str(root), name) for name in names]
-    files: dict[Path, str] = {}
-    for result in results:
-        if isinstance(result, GenerationFailed):
-            raise result
-        files.update(result)
-    env = _environment(root)
-    package = env.get_template("package/__init__.py.j2")
-    header = _header("#", [root / "templates" / "package/__init__.py.j2"], root)
-    for backend, rel in PACKAGES:
-        files[root / "generated" / rel] = package.render(header=header, backend=backend, names=all_names)
-    files[root / "generated" / "__init__.py"] = package.render(
-        header=header, backend="torch and CuPy/NumPy", names=all_names)
-    return files
-
-
 class GenerationFailed(Exception):
-    """A derivation failed its audit (or could not be carried out); carries the printed report."""
+    """A derivation failed its audit (or could not be carried out, or its generated code does not
+    reproduce the audited rule); carries the printed report."""
 
     def __init__(self, message: str, report_text: str = ""):
         super().__init__(message)
@@ -203,37 +241,118 @@ class GenerationFailed(Exception):
         return (GenerationFailed, (str(self), self.report_text))
 
 
-def _render_operation(root_str: str, name: str):
-    """Audit one derivation and render all its files (run in a worker process)."""
-    root = Path(root_str)
+def render(root, names: list[str] | None = None, *, jobs: int | None = None,
+           verify: bool = True) -> dict[Path, str]:
+    """Audit the named derivations (all by default) and render their files.
+
+    Derivations are audited in parallel processes (``jobs``, default: the CPU count).  Raises
+    :class:`GenerationFailed` at the first failed step or failed verification of the generated
+    code; nothing is rendered then.
+    """
+    project = _project(root)
+    all_names = project.derivation_names()
+    names = all_names if not names else list(names)
+    for nm in names:
+        project.derivation_path(nm)  # a clear error for an unknown name
+    jobs = min(len(names), jobs or os.cpu_count() or 1)
+    if jobs > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        # longest first (file size as the proxy for audit time), so that no long one starts last
+        order = sorted(names, key=lambda nm: -project.derivation_path(nm).stat().st_size)
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            futures = [pool.submit(_render_operation, str(project.root), nm, verify) for nm in order]
+            by_name = dict(zip(order, [f.result() for f in futures]))
+        results = [by_name[nm] for nm in names]
+    else:
+        results = [_render_operation(str(project.root), name, verify) for name in names]
+    files: dict[Path, str] = {}
+    for result in results:
+        if isinstance(result, (GenerationFailed, ProjectError)):
+            raise result
+        files.update(result)
+    files.update(_package_files(project, all_names))
+    return files
+
+
+def _package_files(project: Project, names: list[str]) -> dict[Path, str]:
+    env = _environment(project)
+    package = _template(env, project, PACKAGE_TEMPLATE)
+    header = _header("#", [Path(package.filename)], project)
+    files = {}
+    wanted = [rel for backend, rel in PACKAGE_FILES if backend in project.backends]
+    for rel in wanted:
+        backend = rel.split("/")[0]
+        files[project.output / rel] = _render_template(
+            package, header=header, backend=backend, names=names, package=project.package)
+    if wanted:
+        files[project.output / "__init__.py"] = _render_template(
+            package, header=header, backend=" and ".join(r.split("/")[0] for r in wanted), names=names,
+            package=project.package)
+    return files
+
+
+def _render_operation(root_str: str, name: str, verify: bool = True):
+    """Audit one derivation, render its files and verify them (run in a worker process)."""
+    from ..audit import AuditError
+    from ..calculus.algebra import DerivationError
+
     try:
-        a = audit_one(root, name)
-    except DerivationError as exc:
-        return GenerationFailed(str(exc))
-    failed = a.report.first_failure()
-    if failed is not None:
-        return GenerationFailed(str(AuditError(a.report, failed)), a.report.to_text())
-    if a.derivation.error is not None:
-        return GenerationFailed(a.derivation.error, a.report.to_text())
-    env = _environment(root)
+        project = load_project(root_str)
+        try:
+            a = audit_one(project, name)
+        except DerivationError as exc:
+            return GenerationFailed(str(exc))
+        failed = a.report.first_failure()
+        if failed is not None:
+            return GenerationFailed(str(AuditError(a.report, failed)), a.report.to_text())
+        if a.derivation.error is not None:
+            return GenerationFailed(a.derivation.error, a.report.to_text())
+        files, texts = _render_files(project, a)
+        if verify:
+            from .verify import VerificationFailed, verify_generated
+
+            try:
+                verify_generated(project, a.derivation, a.op, texts)
+            except VerificationFailed as exc:
+                return GenerationFailed(str(exc), a.report.to_text())
+        return files
+    except ProjectError as exc:
+        return exc
+
+
+def _render_files(project: Project, a: Audited):
+    from .printers import PRINTERS
+
+    env = _environment(project)
     op = a.op
     files: dict[Path, str] = {}
+    texts: dict[str, tuple[Path, str]] = {}
+    derivation_path = Path(a.derivation.path)
+    steps = [
+        _StepRow(r.index, r.label, r.kind, str(s.equation) if s.equation is not None else None, r.passed, r.symbolic)
+        for s, r in zip(a.derivation.steps, a.report.steps)
+    ]
     for backend in BACKENDS:
+        if backend.name not in project.backends:
+            continue
         if backend.name == "cuda" and not op.kernel_variants:
             continue  # no elementwise part: no kernels to emit
-        template = env.get_template(backend.template)
-        sources = [root / op.derivation, *helper_modules(root / op.derivation), root / "templates" / backend.template]
+        template = _template(env, project, backend.template)
+        sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename)]
         lines = {}
         if backend.printer:
             printer = PRINTERS[backend.printer]
             lines = {r.name: printer.lines(r) for r in op.rules}
-        steps = [
-            _StepRow(r.index, r.label, r.kind, str(s.equation) if s.equation is not None else None, r.passed, r.symbolic)
-            for s, r in zip(a.derivation.steps, a.report.steps)
-        ]
-        files[root / "generated" / backend.output.format(name=op.name)] = template.render(
-            header=_header(backend.comment, sources, root),
+        path = project.output / backend.output.format(name=op.name)
+        text = _render_template(
+            template,
+            header=_header(backend.comment, sources, project),
             op=op,
+            package=project.package,
+            has_kernels="cuda" in project.backends and bool(op.kernel_variants),
             cls="".join(part.capitalize() for part in op.name.split("_")) + "Function",
             lines=lines,
             pairwise_by_name={f.name: f for f in op.pairwise},
@@ -241,7 +360,9 @@ def _render_operation(root_str: str, name: str):
             steps=steps,
             tolerance=a.report.steps[0].tolerance if a.report.steps else 0,
         )
-    return files
+        files[path] = text
+        texts[backend.name] = (path, text)
+    return files, texts
 
 
 @dataclass(frozen=True)
@@ -254,12 +375,16 @@ class _StepRow:
     symbolic: str
 
 
-def stale(files: dict[Path, str], root: Path) -> list[Path]:
-    """Files in generated/ that a full generation does not produce (a removed derivation's)."""
+# ------------------------------------------------------------------------------------- files
+def stale(files: dict[Path, str], root) -> list[Path]:
+    """Files of the output package that a full generation does not produce (a removed
+    derivation's, or a backend that was switched off)."""
+    project = _project(root)
     produced = set(files)
     out = []
-    for sub, pattern in (("torch", "*.py"), ("cupy", "*.py"), ("cuda", "*.cu"), ("reports", "*.md")):
-        for p in sorted((root / "generated" / sub).glob(pattern)):
+    for pattern in BACKEND_DIRS.values():
+        folder, _, name = pattern.partition("/")
+        for p in sorted((project.output / folder).glob(name.format(name="*"))):
             if p not in produced:
                 out.append(p)
     return out
@@ -280,15 +405,16 @@ def write(files: dict[Path, str], remove: list[Path] = ()) -> list[Path]:
     return written
 
 
-def check(files: dict[Path, str], root: Path, remove: list[Path] = ()) -> str:
-    """Unified diff between ``generated/`` and freshly rendered files ('' when in sync)."""
+def check(files: dict[Path, str], root, remove: list[Path] = ()) -> str:
+    """Unified diff between the output package and freshly rendered files ('' when in sync)."""
+    project = _project(root)
     out = []
     for path in remove:
-        rel = path.relative_to(root).as_posix()
+        rel = project.relative(path)
         out.extend(difflib.unified_diff(path.read_text().splitlines(True), [], f"a/{rel}", "/dev/null"))
     for path, text in sorted(files.items()):
         old = path.read_text() if path.is_file() else ""
         if old != text:
-            rel = path.relative_to(root).as_posix()
+            rel = project.relative(path)
             out.extend(difflib.unified_diff(old.splitlines(True), text.splitlines(True), f"a/{rel}", f"b/{rel}"))
     return "".join(out)

@@ -88,6 +88,9 @@ class RuleIR:
     outputs: tuple[tuple[str, str, str], ...]  # (name in code, value name, kind)
     values: tuple[Value, ...]
     formulas: tuple[tuple[str, str], ...]  # (output, formula as derived) for comments
+    #: (output name in code, the SymPy expression as derived): what the generated function must
+    #: reproduce (checked when code is generated, :mod:`adjointgen.codegen.verify`)
+    expressions: tuple[tuple[str, object], ...] = ()
     #: complex data: ``^T`` is printed as the conjugate transpose
     complex: bool = False
 
@@ -101,6 +104,75 @@ class RuleIR:
     @property
     def kernels(self) -> tuple[Value, ...]:
         return tuple(v for v in self.values if v.op.startswith("pairwise"))
+
+
+@dataclass(frozen=True)
+class ForwardIR:
+    """A forward function as generated code imports it: ``from module import attr``; ``xp`` set:
+    ``attr`` is a dotted path on the array module of the inputs."""
+
+    module: str
+    attr: str
+    xp: bool = False
+
+
+@dataclass(frozen=True)
+class InputIR:
+    """What the checked public function verifies about one input (from its declared structure)."""
+
+    name: str  # name in the public function
+    shape: tuple[str, str]  # dimension symbols, e.g. ("n", "n")
+    square: bool
+    symmetric: bool
+    positive_definite: bool  # checked by the public function (False when the forward checks it)
+    description: str  # "symmetric positive definite (..., n, n) matrices"
+
+
+@dataclass(frozen=True)
+class OutputIR:
+    """One output as the forward and the public function return it."""
+
+    name: str  # name in the rule functions (``V``, ``w``)
+    public: str  # name in the public API (``Vh``)
+    form: str  # "matrix", "vector" (a diagonal stored as its diagonal), "adjoint" (returned as ``X^H``)
+    shape: tuple[str, ...]  # dimension symbols of the public value
+
+
+@dataclass(frozen=True)
+class PublicIR:
+    """The generated autograd function's forward and the checked public function around it."""
+
+    torch_forward: ForwardIR | None
+    numpy_forward: ForwardIR | None
+    options: tuple[tuple[str, str], ...]  # (name, default as Python source)
+    inputs: tuple[InputIR, ...]
+    outputs: tuple[OutputIR, ...]  # in API order
+    #: dimension symbol -> the (input, axis) pairs that must agree in size
+    dims: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    complex: bool  # complex dtypes are accepted (a complex derivation)
+    checked_by_forward: tuple[str, ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.options)
+
+    @property
+    def saved(self) -> tuple[str, ...]:
+        """What the autograd function saves: the inputs, then the outputs as returned."""
+        return self.input_names + tuple(o.public for o in self.outputs)
+
+    @property
+    def returns_doc(self) -> str:
+        return ", ".join(f"``{o.public}`` ``(..., {', '.join(o.shape)})``" for o in self.outputs)
+
+    @property
+    def tangent_returns(self) -> tuple[str, ...]:
+        """The output tangents in the forms of the outputs (``dV.mH`` for ``Vh``)."""
+        return tuple(f"d{o.name}.mH.resolve_conj()" if o.form == "adjoint" else f"d{o.name}" for o in self.outputs)
 
 
 @dataclass(frozen=True)
@@ -134,6 +206,8 @@ class OperationIR:
     gauge: RuleIR | None = None
     #: the complex VJP and the gauge residual together (shared products), for a checked backward
     vjp_complex_checked: RuleIR | None = None
+    #: the declared forward and the public function (``None``: no forward was declared)
+    public: PublicIR | None = None
 
     @property
     def complex(self) -> bool:

@@ -24,7 +24,7 @@ from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
 from ..calculus.nodes import DI, DJ, DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Sym
-from .ir import OperationIR, PairwiseFn, Param, RuleIR, Value
+from .ir import ForwardIR, InputIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR, RuleIR, Value
 
 #: sizes used only to choose the order of matrix chains
 REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
@@ -233,7 +233,7 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
     )
 
 
-def lower_derivation(d: Derivation, root: str) -> OperationIR:
+def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.generated") -> OperationIR:
     """Build the :class:`OperationIR` of an audited derivation."""
     if d.jvp is None or d.vjp is None:
         raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
@@ -273,6 +273,7 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
             outputs=tuple(outs),
             values=tuple(b.values),
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
+            expressions=tuple((out_names[k], formulas[k]) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             complex=complex_,
         )
 
@@ -347,4 +348,54 @@ def lower_derivation(d: Derivation, root: str) -> OperationIR:
         vjp_complex=vjp_complex,
         gauge=gauge,
         vjp_complex_checked=checked,
+        public=_public(d, api, outputs_sorted),
+    )
+
+
+def _public(d: Derivation, api: dict, outputs_sorted) -> PublicIR | None:
+    """The forward and the checked public function, from the declared forward and structure."""
+    spec = d.forward_spec
+    if spec is None:
+        return None
+
+    def ref(r):
+        return None if r is None else ForwardIR(r.module, r.attr, r.xp)
+
+    def dims_of(sym):
+        return tuple(sp.sstr(x) for x in sym.shape)
+
+    inputs = []
+    for s in d.inputs:
+        rows, cols = dims_of(s)
+        symmetric = s.name in d.symmetric_inputs
+        pd = s.name in d.positive_definite_inputs
+        what = ("symmetric (Hermitian) positive definite" if pd else "symmetric (Hermitian)") if d.field == "complex" and symmetric else (
+            "symmetric positive definite" if pd else ("symmetric" if symmetric else ""))
+        inputs.append(InputIR(api[s.name], (rows, cols), rows == cols, symmetric,
+                              pd and "positive_definite" not in spec.checked,
+                              f"{what + ' ' if what else ''}``(..., {rows}, {cols})`` matrices".strip()))
+    axes: dict[str, list] = {}
+    for s in d.inputs:
+        for axis, dim in zip((-2, -1), dims_of(s)):
+            axes.setdefault(dim, []).append((api[s.name], axis))
+    # sizes that must agree across inputs (square inputs are checked as such)
+    dims = tuple((dim, tuple(pairs)) for dim, pairs in sorted(axes.items()) if len({n for n, _ in pairs}) > 1)
+    outputs = []
+    for s in outputs_sorted:
+        public, form = d.public_forms.get(s.name, (api[s.name], None))
+        if s.name in d.structure.diagonal:
+            outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],)))
+        elif form == "adjoint":
+            outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s)))))
+        else:
+            outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s)))
+    return PublicIR(
+        torch_forward=ref(spec.torch),
+        numpy_forward=ref(spec.numpy),
+        options=tuple((k, repr(v)) for k, v in spec.options),
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        dims=dims,
+        complex=d.field == "complex",
+        checked_by_forward=spec.checked,
     )

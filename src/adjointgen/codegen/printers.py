@@ -82,9 +82,8 @@ TORCH = ArrayPrinter(
         "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mT)",
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
     },
-    inplace={
-        "add_diag": "{0}.diagonal(dim1=-2, dim2=-1).add_({1})",
-    },
+    # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
+    # is_grads_batched), where writing a batched value into an unbatched temporary fails
     complex_table={
         "transpose": "{0}.mH",
         "skew": "0.5 * ({0} - {0}.mH)",

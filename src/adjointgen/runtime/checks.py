@@ -1,11 +1,30 @@
-"""Argument checks shared by the public functions.  Each raises ``ValueError`` naming the problem.
+"""Argument checks shared by the public functions (the generated ones call them too).  Each raises
+``ValueError`` naming the problem.
 
-Value-dependent checks (finiteness, symmetry) need the data on the host; they are skipped while a
-``torch.func`` transform (``vmap``) or a compiler traces the call, where such data is not available.
+Value-dependent checks (finiteness, symmetry, definiteness) need the data on the host; they are
+skipped while a ``torch.func`` transform (``vmap``) or a compiler traces the call, where such data is
+not available.  Empty inputs (a zero batch dimension, or ``n = 0``) pass every check, as torch
+accepts them.
 """
 from __future__ import annotations
 
 import torch
+
+__all__ = [
+    "NotPositiveDefiniteError", "SingularMatrixError", "broadcast_batch", "finite", "floating", "matrix",
+    "matrix_input", "positive_definite", "same_dtype_and_device", "same_size", "symmetric", "symmetric_matrix",
+    "tensor",
+]
+
+
+class NotPositiveDefiniteError(ValueError, torch.linalg.LinAlgError):
+    """A matrix that must be (symmetric/Hermitian) positive definite is not.  A ``ValueError``, and a
+    ``torch.linalg.LinAlgError`` as the torch built-ins raise, so either ``except`` catches it."""
+
+
+class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
+    """A matrix that must be invertible is (numerically) singular.  A ``ValueError`` and a
+    ``torch.linalg.LinAlgError``."""
 
 
 def _is_traced(x: torch.Tensor) -> bool:
@@ -46,12 +65,10 @@ def matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
         raise ValueError(f"{name} must have shape (..., m, n), got {tuple(x.shape)}")
     if square and x.shape[-1] != x.shape[-2]:
         raise ValueError(f"{name} must be square, got shape {tuple(x.shape)}")
-    if x.shape[-1] == 0 or x.shape[-2] == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {tuple(x.shape)}")
 
 
 def finite(x: torch.Tensor, name: str) -> None:
-    if _is_traced(x):
+    if _is_traced(x) or x.numel() == 0:
         return
     with torch.no_grad():
         if not bool(torch.isfinite(x).all()):
@@ -59,10 +76,11 @@ def finite(x: torch.Tensor, name: str) -> None:
 
 
 def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None) -> None:
-    """``‖X - X^T‖_max <= rtol * ‖X‖_max`` (rtol defaults to 100 eps of the dtype)."""
-    if _is_traced(x):
+    """``‖X - X^H‖_max <= rtol * ‖X‖_max`` (rtol defaults to 100 eps of the dtype)."""
+    if _is_traced(x) or x.numel() == 0:
         return
-    rtol = 100 * torch.finfo(x.dtype).eps if rtol is None else rtol
+    real = x.real.dtype if x.is_complex() else x.dtype
+    rtol = 100 * torch.finfo(real).eps if rtol is None else rtol
     with torch.no_grad():
         asym = (x - x.mH).abs().amax()
         scale = x.abs().amax()
@@ -74,11 +92,66 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None) -> None:
             )
 
 
-def symmetric_matrix(x, name: str, *, complex_ok: bool = False) -> torch.Tensor:
-    """All checks for a batched real symmetric (or, with ``complex_ok``, Hermitian) input."""
+def positive_definite(x: torch.Tensor, name: str) -> None:
+    """A Cholesky factorization of ``x`` succeeds (the batch index and the leading minor are named)."""
+    if _is_traced(x) or x.numel() == 0:
+        return
+    with torch.no_grad():
+        _, info = torch.linalg.cholesky_ex(x)
+        if bool((info != 0).any()):
+            bad = (info != 0).nonzero()[0].tolist()
+            where = f" (batch index {tuple(bad)})" if bad else ""
+            minor = int(info[tuple(bad)]) if bad else int(info)
+            raise NotPositiveDefiniteError(
+                f"{name} is not positive definite{where}: its leading minor of order {minor} is not positive")
+
+
+_symmetric, _positive_definite = symmetric, positive_definite
+
+
+def matrix_input(x, name: str, *, square: bool = False, symmetric: bool = False,
+                 positive_definite: bool = False, complex_ok: bool = False) -> torch.Tensor:
+    """Every check of one matrix argument of a public function, in the order a user wants to hear
+    about them: type, dtype, shape, finiteness, symmetry, definiteness."""
     tensor(x, name)
     floating(x, name, complex_ok=complex_ok)
-    matrix(x, name, square=True)
+    matrix(x, name, square=square or symmetric or positive_definite)
     finite(x, name)
-    symmetric(x, name)
+    if symmetric or positive_definite:
+        _symmetric(x, name)
+    if positive_definite:
+        _positive_definite(x, name)
     return x
+
+
+def symmetric_matrix(x, name: str, *, complex_ok: bool = False) -> torch.Tensor:
+    """All checks for a batched real symmetric (or, with ``complex_ok``, Hermitian) input."""
+    return matrix_input(x, name, square=True, symmetric=True, complex_ok=complex_ok)
+
+
+def same_dtype_and_device(*named) -> None:
+    """``same_dtype_and_device(("A", A), ("B", B))``: one dtype and one device for all."""
+    (first_name, first), *rest = named
+    for name, x in rest:
+        if x.dtype != first.dtype:
+            raise ValueError(f"{name} must have {first_name}'s dtype {first.dtype}, got {x.dtype}")
+        if x.device != first.device:
+            raise ValueError(f"{name} must be on {first_name}'s device {first.device}, got {x.device}")
+
+
+def same_size(dim: str, *axes) -> None:
+    """``same_size("n", ("A", A, -1), ("B", B, -2))``: the named axes have one size (dimension ``n``)."""
+    sizes = [(name, x.shape[axis], axis) for name, x, axis in axes]
+    if len({s for _, s, _ in sizes}) > 1:
+        described = ", ".join(f"{name}.shape[{axis}] = {s}" for name, s, axis in sizes)
+        raise ValueError(f"the sizes along dimension {dim} must agree: {described}")
+
+
+def broadcast_batch(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Expand the batch dimensions (all but the last two) to their broadcast shape, as torch does."""
+    try:
+        batch = torch.broadcast_shapes(*(x.shape[:-2] for x in xs))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(x.shape)) for x in xs)
+        raise ValueError(f"the batch dimensions do not broadcast: shapes {shapes}") from None
+    return tuple(x.expand(*batch, *x.shape[-2:]) for x in xs)

@@ -1,34 +1,25 @@
-"""Forward computations called by the generated autograd functions (no formulas live here)."""
+"""Forward computations that the derivations declare (``d.forward(torch=...)``) where no library
+function has the right conventions.  Algorithms only: no derivative formula lives here."""
 from __future__ import annotations
 
 import torch
 
-
-def eigh(A):
-    """Full symmetric eigendecomposition, eigenvalues ascending (LAPACK/cuSOLVER via torch)."""
-    w, V = torch.linalg.eigh(A)
-    return w, V
+from .checks import NotPositiveDefiniteError, _is_traced
 
 
 def eigh_generalized(A, B):
     """``A V = B V diag(w)``, ``V^T B V = I`` through the Cholesky factor ``B = L L^T``:
-    ``L^-1 A L^-T = Y diag(w) Y^T``, ``V = L^-T Y``.  Raises ``ValueError`` when ``B`` is not
-    positive definite."""
+    ``L^-1 A L^-T = Y diag(w) Y^T``, ``V = L^-T Y``.  Raises :class:`NotPositiveDefiniteError` (a
+    ``ValueError``) when ``B`` is not positive definite."""
     L, info = torch.linalg.cholesky_ex(B)
     if not _is_traced(info) and bool((info != 0).any()):
-        raise ValueError("B is not positive definite (Cholesky factorization failed)")
+        raise NotPositiveDefiniteError("B is not positive definite (Cholesky factorization failed)")
     C = torch.linalg.solve_triangular(L, A, upper=False)
-    C = torch.linalg.solve_triangular(L, C.mT, upper=False)
-    C = 0.5 * (C + C.mT)
+    C = torch.linalg.solve_triangular(L, C.mH, upper=False)
+    C = 0.5 * (C + C.mH)
     w, Y = torch.linalg.eigh(C)
-    V = torch.linalg.solve_triangular(L.mT, Y, upper=True)
+    V = torch.linalg.solve_triangular(L.mH, Y, upper=True)
     return w, V
-
-
-def _is_traced(x):
-    from .checks import _is_traced as traced
-
-    return traced(x)
 
 
 def pinv(A, atol=None, rtol=None, hermitian=False):
@@ -40,6 +31,5 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
 
 
 def svd(A):
-    """Thin SVD ``A = U diag(S) V^H`` (returns ``V``, not ``V^H``); real or complex ``A``."""
-    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-    return U, S, Vh.mH.resolve_conj()  # no lazy-conjugate view: forward mode needs a plain layout
+    """Thin SVD ``A = U diag(S) Vh``, as ``torch.linalg.svd(A, full_matrices=False)``."""
+    return torch.linalg.svd(A, full_matrices=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["PhaseDependentLossError", "check", "check_basis", "disabled", "enabled", "set_enabled"]
+__all__ = ["DegenerateSubspaceError", "GaugeDependentLossError", "PhaseDependentLossError", "check", "check_basis", "disabled", "enabled", "set_enabled"]
 
 _ENABLED = True
 
@@ -24,9 +24,21 @@ _WHAT = {
 }
 
 
-class PhaseDependentLossError(ValueError):
-    """The loss depends on a gauge of the outputs (the phase of a singular vector or eigenvector,
-    the basis of the extra ``full_matrices`` columns): its gradient is not defined."""
+class GaugeDependentLossError(ValueError):
+    """The loss depends on a gauge of the outputs: a freedom that leaves every defining identity
+    unchanged (the phase of a complex eigenvector or singular vector, the basis inside a cluster of
+    equal eigenvalues or singular values, the basis of the extra ``full_matrices`` columns), so its
+    gradient is not defined.  The message names the operation and the vectors concerned."""
+
+
+class PhaseDependentLossError(GaugeDependentLossError):
+    """The loss depends on the phase of a complex eigenvector or singular pair, or on the basis of
+    the extra ``full_matrices`` columns."""
+
+
+class DegenerateSubspaceError(GaugeDependentLossError):
+    """The loss depends on the basis chosen inside a cluster of equal eigenvalues (singular
+    values), or a partial decomposition cuts through such a cluster."""
 
 
 def enabled() -> bool:

@@ -39,26 +39,27 @@ def add_diag_(xp, X, d):
 
 
 @functools.lru_cache(maxsize=None)
-def _module(op: str):
-    source = resources.files("adjointgen.generated").joinpath("cuda", f"{op}.cu").read_text()
+def _module(package: str, op: str):
+    source = resources.files(package).joinpath("cuda", f"{op}.cu").read_text()
     return cupy.RawModule(code=source, options=("--std=c++14",))
 
 
-def launch_pairwise_kernel(op: str, fn: str, part: str, w, X, threads: int = 256, hermitian: bool = False):
-    """Run the generated kernel ``<fn>_mul_<part>_<f32|f64>`` of ``generated/cuda/<op>.cu``.
+def launch_pairwise_kernel(package: str, op: str, fn: str, part: str, w, X, threads: int = 256,
+                           hermitian: bool = False):
+    """Run the generated kernel ``<fn>_mul_<part>_<f32|f64>`` of ``<package>/cuda/<op>.cu``.
 
     A complex ``X`` runs as two real launches on its real and imaginary parts (``F`` is real):
     ``F ∘ skew(X) = F ∘ skew(Re X) + i F ∘ sym(Im X)`` for the anti-Hermitian part
     (``hermitian=True``), and the mirror identity for the Hermitian part."""
     if X.dtype.kind == "c":
         flip = {"none": "none", "skew": "sym", "sym": "skew"}[part] if hermitian else part
-        real = launch_pairwise_kernel(op, fn, part, w, cupy.ascontiguousarray(X.real), threads)
-        imag = launch_pairwise_kernel(op, fn, flip, w, cupy.ascontiguousarray(X.imag), threads)
+        real = launch_pairwise_kernel(package, op, fn, part, w, cupy.ascontiguousarray(X.real), threads)
+        imag = launch_pairwise_kernel(package, op, fn, flip, w, cupy.ascontiguousarray(X.imag), threads)
         return real + 1j * imag
     if X.dtype not in (numpy.float32, numpy.float64):
         raise TypeError(f"{fn}: CUDA kernels exist for float32 and float64, not {X.dtype}")
     suffix = "f32" if X.dtype == numpy.float32 else "f64"
-    kernel = _module(op).get_function(f"{fn}_mul_{part}_{suffix}")
+    kernel = _module(package, op).get_function(f"{fn}_mul_{part}_{suffix}")
     w = cupy.ascontiguousarray(w, dtype=X.dtype)
     X = cupy.ascontiguousarray(X)
     out = cupy.empty_like(X)
@@ -86,3 +87,37 @@ def shifted_solve(xp, A, B, U, w, X):
     rhs = xp.concatenate([xp.swapaxes(X, -1, -2), xp.zeros(X.shape[:-2] + (X.shape[-1], k), dtype=X.dtype)], axis=-1)
     sol = xp.linalg.solve(M, rhs[..., None])[..., 0]  # (..., k, n + k)
     return xp.swapaxes(sol[..., :n], -1, -2)
+
+
+# ---------------------------------------------------------------- forward computations (NumPy/CuPy)
+def svd(A):
+    """Thin SVD ``(U, S, Vh)`` of NumPy or CuPy arrays."""
+    return array_module(A).linalg.svd(A, full_matrices=False)
+
+
+def eigh_generalized(A, B):
+    """``A V = B V diag(w)``, ``V^H B V = I`` through the Cholesky factor of ``B``, for NumPy or
+    CuPy arrays (batched)."""
+    xp = array_module(A, B)
+    L = xp.linalg.cholesky(B)
+    Linv = xp.linalg.inv(L)  # triangular; small dense problems of the NumPy/CuPy path
+    LinvH = xp.conj(xp.swapaxes(Linv, -1, -2))
+    C = xp.matmul(xp.matmul(Linv, A), LinvH)
+    C = 0.5 * (C + xp.conj(xp.swapaxes(C, -1, -2)))
+    w, Y = xp.linalg.eigh(C)
+    return w, xp.matmul(LinvH, Y)
+
+
+def pinv(A, atol=None, rtol=None, hermitian=False):
+    """``torch.linalg.pinv``'s cutoff semantics for NumPy or CuPy arrays: singular values at most
+    ``max(atol, rtol * sigma_max)`` are discarded; ``rtol`` defaults to ``eps * max(m, n)`` when
+    ``atol`` is not given, else to 0."""
+    xp = array_module(A)
+    m, n = A.shape[-2:]
+    if rtol is None:
+        rtol = numpy.finfo(A.dtype).eps * max(m, n) if atol is None or atol == 0 else 0.0
+    atol = 0.0 if atol is None else atol
+    U, s, Vh = xp.linalg.svd(A, full_matrices=False)
+    cutoff = xp.maximum(atol, rtol * (s[..., :1] if s.shape[-1] else 0))
+    s_inv = xp.where(s > cutoff, 1 / xp.where(s > cutoff, s, 1), 0)
+    return xp.matmul(xp.conj(xp.swapaxes(Vh, -1, -2)) * s_inv[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))

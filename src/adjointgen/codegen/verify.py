@@ -1,0 +1,210 @@
+"""Verify generated code against the audited rules, before anything is written.
+
+The audit checks the derivation; this checks what the templates made of it.  Every emitted torch
+and NumPy rule function is run on the audit's own instances and compared with the derived
+expression evaluated by the audit's interpreter.  For operations with a declared forward, the
+generated autograd function is run as a user runs it: its forward outputs must satisfy the
+derivation's identities, its backward must equal the derived VJP and its forward mode the derived
+JVP (at the outputs it computed itself, so sign and phase choices of the forward do not matter), and
+the public function must return what the autograd function returns.  A template edit that flips a
+sign, drops a term or passes arguments in the wrong order fails here, naming the generated file and
+the function.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+#: relative error allowed between a generated function and the derived expression (float64)
+TOLERANCE = 1e-8
+
+
+class VerificationFailed(Exception):
+    pass
+
+
+def _module(path: Path, text: str, name: str):
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    exec(compile(text, str(path), "exec"), mod.__dict__)
+    return mod
+
+
+@contextlib.contextmanager
+def _importable(project):
+    """The project's own modules (a forward of the user's package) importable during the check."""
+    extra = [str(project.root), str(project.root / "src")]
+    sys.path[:0] = extra
+    try:
+        yield
+    finally:
+        for p in extra:
+            sys.path.remove(p)
+
+
+def _relative_error(got, want) -> float:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return float("inf")
+    scale = max(float(np.linalg.norm(want)), 1e-300)
+    return float(np.linalg.norm(got - want)) / scale if np.linalg.norm(want) > 0 else float(np.linalg.norm(got))
+
+
+def _is_complex(ctx) -> bool:
+    return any(np.iscomplexobj(v) for v in ctx.env.values() if isinstance(v, np.ndarray))
+
+
+def _value(env, param):
+    x = env[param.symbol]
+    return np.diagonal(x).copy() if param.kind == "diag" else x
+
+
+def verify_generated(project, d, op, texts: dict) -> None:
+    """Raise :class:`VerificationFailed` unless every generated function reproduces its rule."""
+    from ..audit.runner import instances
+
+    contexts = instances(d)
+    problems: list[str] = []
+    with _importable(project):
+        if "cupy" in texts:
+            path, text = texts["cupy"]
+            module = _load(path, text, f"_adjointgen_verify_{op.name}_cupy", problems)
+            if module is not None:
+                _check_rules(op, d, module, contexts, path, problems, to_array=lambda x: x,
+                             to_numpy=np.asarray)
+        if "torch" in texts:
+            try:
+                import torch
+            except ImportError:  # the torch code cannot be run here; its text is still compared
+                torch = None
+            if torch is not None:
+                path, text = texts["torch"]
+                module = _load(path, text, f"_adjointgen_verify_{op.name}_torch", problems)
+                if module is not None:
+                    _check_rules(op, d, module, contexts, path, problems, to_array=torch.from_numpy,
+                                 to_numpy=lambda t: t.detach().resolve_conj().numpy())
+                    if op.public is not None and op.public.torch_forward is not None:
+                        _check_function(op, d, module, contexts, path, problems, torch)
+    if problems:
+        raise VerificationFailed(
+            f"the generated code of '{op.name}' does not reproduce the audited derivation "
+            f"({d.path}); nothing was written:\n  " + "\n  ".join(problems[:12]))
+
+
+def _load(path, text, name, problems):
+    try:
+        return _module(path, text, name)
+    except Exception as exc:
+        problems.append(f"{path}: the generated module does not load: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _rule_sets(op):
+    """(rule, applies to complex instances?) for every generated rule."""
+    for rule in op.rules:
+        yield rule, rule.complex
+
+
+def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy):
+    from ..calculus.evaluate import evaluate
+
+    for rule, complex_rule in _rule_sets(op):
+        fn = getattr(module, rule.name, None)
+        if fn is None:
+            problems.append(f"{path}: no function {rule.name}")
+            continue
+        exprs = dict(rule.expressions)
+        for index, ctx in enumerate(contexts):
+            if _is_complex(ctx) != complex_rule and (d.field == "complex"):
+                continue
+            env = dict(ctx.env)
+            try:
+                got = fn(*[to_array(_value(env, p)) for p in rule.params])
+            except Exception as exc:
+                problems.append(f"{path}: {rule.name} raised {type(exc).__name__}: {exc} (instance {index})")
+                break
+            got = got if isinstance(got, tuple) else (got,)
+            for (out_name, _value_name, kind), value in zip(rule.outputs, got):
+                want = evaluate(exprs[out_name], env, ctx.dims)
+                if kind == "diag":
+                    want = np.diagonal(want)
+                err = _relative_error(to_numpy(value), want)
+                if not err <= TOLERANCE:
+                    problems.append(f"{path}: {rule.name} output {out_name} differs from the derived "
+                                    f"expression by {err:.2e} (relative) on audit instance {index}")
+
+
+def _check_function(op, d, module, contexts, path, problems, torch):
+    """The autograd function and the public function, run as a user runs them."""
+    from ..calculus.derivation import forward_outputs, identity_residual
+    from ..calculus.evaluate import evaluate
+    from ..runtime import gauge
+
+    cls = getattr(module, "".join(part.capitalize() for part in op.name.split("_")) + "Function", None)
+    public = getattr(module, op.name, None)
+    if cls is None or public is None:
+        problems.append(f"{path}: the autograd function or the public function {op.name} is missing")
+        return
+    pub = op.public
+    options = tuple(eval(default) for _, default in pub.options)  # noqa: S307 - repr of a literal
+    by_code = {d.api_names.get(s.name, s.name): s for s in d.inputs + d.outputs}
+    for index, ctx in enumerate(contexts):
+        complex_instance = _is_complex(ctx)
+        if complex_instance and not pub.complex:
+            continue
+        inputs = [torch.from_numpy(ctx.env[s.name]).requires_grad_() for s in d.inputs]
+        call = (lambda *xs: cls.apply(*xs, options)) if options else cls.apply
+        try:
+            with gauge.disabled():
+                out = call(*inputs)
+                out = out if isinstance(out, tuple) else (out,)
+                values = forward_outputs(d, tuple(o.detach().resolve_conj().numpy() for o in out), np)
+                residual = identity_residual(d, ctx, values)
+                if not residual <= 1e-7:
+                    problems.append(f"{path}: the forward {pub.torch_forward.module}:{pub.torch_forward.attr} "
+                                    f"does not satisfy the identities (relative residual {residual:.2e}, instance "
+                                    f"{index}): check the order and conventions of its outputs")
+                    continue
+                env = dict(ctx.env)
+                env.update(values)
+                # reverse mode: the cotangents of the audit, in the outputs' public forms
+                grads = []
+                for o in pub.outputs:
+                    g = ctx.cotangents["g" + by_code[o.name].name]
+                    g = np.diagonal(g).copy() if o.form == "vector" else (g.conj().T if o.form == "adjoint" else g)
+                    grads.append(torch.from_numpy(np.ascontiguousarray(g)))
+                got = torch.autograd.grad(out, inputs, grads, allow_unused=True)
+                vjp = d.vjp if complex_instance or d.real_vjp is None else d.real_vjp
+                for s, g in zip(d.inputs, got):
+                    want = evaluate(vjp.raw["g" + s.name], env, ctx.dims)
+                    err = _relative_error(np.zeros_like(want) if g is None else g.resolve_conj().numpy(), want)
+                    if not err <= TOLERANCE:
+                        problems.append(f"{path}: {cls.__name__}.backward: g{s.name} differs from the derived VJP "
+                                        f"by {err:.2e} (relative) on audit instance {index}")
+                # forward mode
+                tangents = tuple(torch.from_numpy(ctx.env["d" + s.name]) for s in d.inputs)
+                primals = tuple(x.detach() for x in inputs)
+                _, dout = torch.func.jvp(call, primals, tangents)
+                dout = dout if isinstance(dout, tuple) else (dout,)
+                jvp = d.jvp if complex_instance or d.real_jvp is None else d.real_jvp
+                for o, t in zip(pub.outputs, dout):
+                    sym = by_code[o.name]
+                    want = evaluate(jvp.raw["d" + sym.name], env, ctx.dims)
+                    want = np.diagonal(want) if o.form == "vector" else (want.conj().T if o.form == "adjoint" else want)
+                    err = _relative_error(t.resolve_conj().numpy(), want)
+                    if not err <= TOLERANCE:
+                        problems.append(f"{path}: {cls.__name__}.jvp: d{o.public} differs from the derived JVP "
+                                        f"by {err:.2e} (relative) on audit instance {index}")
+                # the public function returns what the autograd function returns
+                pub_out = public(*[x.detach() for x in inputs])
+                pub_out = pub_out if isinstance(pub_out, tuple) else (pub_out,)
+                for o, a, b in zip(pub.outputs, pub_out, out):
+                    if not torch.equal(a.detach().resolve_conj(), b.detach().resolve_conj()):
+                        problems.append(f"{path}: the public function {op.name} returns another {o.public} than "
+                                        f"{cls.__name__} (instance {index})")
+        except Exception as exc:
+            problems.append(f"{path}: {cls.__name__} raised {type(exc).__name__}: {exc} (instance {index})")

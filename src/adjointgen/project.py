@@ -1,0 +1,165 @@
+"""An adjointgen project: a folder whose ``pyproject.toml`` holds a ``[tool.adjointgen]`` table.
+
+::
+
+    [tool.adjointgen]
+    derivations = "derivations"          # folder of derivation scripts (default "derivations")
+    package = "mypkg._adjoint"            # the generated package, as it is imported
+    output = "src/mypkg/_adjoint"         # its folder (default: from ``package``, src/ layout first)
+    backends = ["torch", "cupy", "cuda", "report"]   # default: all four
+    templates = "templates"               # optional: templates overriding the built-in ones
+
+The command line finds the project from the current directory upward (or ``--root``).  Nothing
+here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fast.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "find_project", "load_project"]
+
+#: the backends a project can generate, with the file (under the output package) of each operation
+BACKENDS = {
+    "torch": "torch/{name}.py",     # autograd functions, checked public functions, JVP/VJP rules
+    "cupy": "cupy/{name}.py",       # NumPy/CuPy rule functions (array-module generic)
+    "cuda": "cuda/{name}.cu",       # CUDA kernels of the elementwise parts (used by the CuPy rules)
+    "report": "reports/{name}.md",  # markdown audit reports
+}
+
+_KEYS = {"derivations", "package", "output", "backends", "templates"}
+
+
+class ProjectError(Exception):
+    """The project is missing or misconfigured (the message names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """A loaded ``[tool.adjointgen]`` table, with every path resolved against the project root."""
+
+    root: Path
+    config_file: Path
+    derivations: Path
+    package: str
+    output: Path
+    backends: tuple[str, ...]
+    #: the project's own templates (overriding the built-in ones of the same name), if any
+    templates: Path | None
+
+    def derivation_names(self) -> list[str]:
+        """Every ``<name>.py`` of the derivations folder except helpers (``_*.py``)."""
+        if not self.derivations.is_dir():
+            return []
+        return sorted(p.stem for p in self.derivations.glob("*.py") if not p.stem.startswith("_"))
+
+    def derivation_path(self, name: str) -> Path:
+        path = self.derivations / f"{name}.py"
+        if not path.is_file():
+            known = ", ".join(self.derivation_names()) or "none"
+            raise ProjectError(f"no derivation file {path} (known: {known})")
+        return path
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the project root, '/'-separated (as headers and reports show it)."""
+        return Path(os.path.relpath(path, self.root)).as_posix()
+
+    def output_file(self, backend: str, name: str) -> Path:
+        """Where ``backend`` writes the file of operation ``name``."""
+        return self.output / BACKENDS[backend].format(name=name)
+
+    @property
+    def template_dirs(self) -> tuple[Path, ...]:
+        """Where templates are looked up, first match wins: the project's, then the built-in ones."""
+        dirs = [] if self.templates is None else [self.templates]
+        builtin = builtin_templates()
+        if not dirs or dirs[0].resolve() != builtin.resolve():
+            dirs.append(builtin)
+        return tuple(dirs)
+
+
+def builtin_templates() -> Path:
+    """The templates shipped inside the package (``adjointgen/templates``)."""
+    from importlib import resources
+
+    return Path(str(resources.files("adjointgen.templates")))
+
+
+def find_project(start: str | os.PathLike | None = None) -> Path:
+    """The nearest folder at or above ``start`` whose ``pyproject.toml`` has ``[tool.adjointgen]``."""
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        f = p / "pyproject.toml"
+        if f.is_file() and "tool" in _read(f) and "adjointgen" in _read(f)["tool"]:
+            return p
+    raise ProjectError(
+        f"no adjointgen project at or above {here}: no pyproject.toml with a [tool.adjointgen] table "
+        "(`adjointgen init DIR` writes one)")
+
+
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_project(root: str | os.PathLike | None = None) -> Project:
+    """Load the project at ``root`` (default: found from the current directory upward)."""
+    root = find_project(root)
+    config_file = root / "pyproject.toml"
+    table = _read(config_file).get("tool", {}).get("adjointgen")
+    if not isinstance(table, dict):
+        raise ProjectError(f"{config_file}: [tool.adjointgen] must be a table")
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise ProjectError(f"{config_file}: unknown key(s) in [tool.adjointgen]: {', '.join(unknown)} "
+                           f"(known: {', '.join(sorted(_KEYS))})")
+
+    def string(key, default=None):
+        value = table.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise ProjectError(f"{config_file}: [tool.adjointgen] {key} must be a string, got {value!r}")
+        return value
+
+    package = string("package")
+    if not package:
+        raise ProjectError(f"{config_file}: [tool.adjointgen] needs `package`, the dotted name of the "
+                           "generated package (e.g. package = \"mypkg._adjoint\")")
+    if not all(part.isidentifier() for part in package.split(".")):
+        raise ProjectError(f"{config_file}: [tool.adjointgen] package = {package!r} is not a dotted Python name")
+    output = string("output")
+    if output is None:
+        parts = Path(*package.split("."))
+        output = str(Path("src") / parts) if (root / "src" / package.split(".")[0]).is_dir() else str(parts)
+    backends = table.get("backends", list(BACKENDS))
+    if not isinstance(backends, list) or not all(isinstance(b, str) for b in backends):
+        raise ProjectError(f"{config_file}: [tool.adjointgen] backends must be a list of strings")
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad:
+        raise ProjectError(f"{config_file}: unknown backend(s) {', '.join(map(repr, bad))} "
+                           f"(known: {', '.join(BACKENDS)})")
+    if "cuda" in backends and "cupy" not in backends:
+        raise ProjectError(f"{config_file}: the cuda backend holds the kernels of the cupy backend: add \"cupy\"")
+    templates = string("templates")
+    template_dir = None
+    if templates is not None:
+        template_dir = (root / templates).resolve()
+        if not template_dir.is_dir():
+            raise ProjectError(f"{config_file}: [tool.adjointgen] templates = {templates!r}: no folder {template_dir}")
+    return Project(
+        root=root,
+        config_file=config_file,
+        derivations=(root / string("derivations", "derivations")).resolve(),
+        package=package,
+        output=(root / output).resolve(),
+        backends=tuple(b for b in BACKENDS if b in backends),
+        templates=template_dir,
+    )
