@@ -1,6 +1,9 @@
 """Stage 5: generated/ is in sync, deterministic, headed, and importable."""
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from adjointgen.codegen import generate as gen
 
@@ -28,12 +31,15 @@ def test_headers_name_sources_and_hash(root):
     assert "sha256 of sources: " in text
 
 
-def test_check_reports_a_diff_when_out_of_date(root, tmp_path):
-    import shutil
-
+def _copy(root, tmp_path):
     shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
     for sub in ("derivations", "templates", "generated"):
         shutil.copytree(root / sub, tmp_path / sub)
+    return tmp_path
+
+
+def test_check_reports_a_diff_when_out_of_date(root, tmp_path):
+    _copy(root, tmp_path)
     target = tmp_path / "generated" / "torch" / "eigh.py"
     target.write_text(target.read_text().replace("t0 = V.mT", "t0 = V.mT  # hand edit"))
     r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", "--check", "eigh"],
@@ -80,3 +86,24 @@ def test_cupy_namespace_exports_every_rule():
     assert agc.svds_vjp is svds.svds_vjp and agc.svds_jvp is svds.svds_jvp
     assert agc.svd_gauge is svd.svd_gauge
     assert not any(name.endswith(("_F", "_mul")) for name in agc.__all__)
+
+
+@pytest.mark.parametrize("good, bad", [
+    # flip the sign of the pairwise numerator
+    ("(scale * ({{ fn.numerator | pyscalar }}))", "(scale * -({{ fn.numerator | pyscalar }}))"),
+    # drop the diag(gw) add of the VJP (and of every other sum with a diagonal)
+    ("    {{ name }} = {{ expr }}\n", "    {{ name }} = {{ expr | replace(' + torch.diag_embed', ' + 0 * torch.diag_embed') }}\n"),
+])
+def test_a_corrupted_template_fails_generation_and_writes_nothing(root, tmp_path, good, bad):
+    proj = _copy(root, tmp_path)
+    template = proj / "templates" / "torch" / "op.py.j2"
+    text = template.read_text()
+    assert good in text
+    template.write_text(text.replace(good, bad))
+    before = (proj / "generated" / "torch" / "eigh.py").read_text()
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(proj), "generate", "eigh"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "does not reproduce the audited derivation" in r.stderr and "generated/torch/eigh.py" in r.stderr
+    assert "nothing was written" in r.stderr
+    assert (proj / "generated" / "torch" / "eigh.py").read_text() == before

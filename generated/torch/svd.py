@@ -37,11 +37,11 @@ def svd_F(S, scale=1):
 def svd_jvp(U, S, V, dA):
     """JVP of svd, as derived:
 
-    ``dU = U (F ∘ (diag(S) V^T dA^T U)) + U (F ∘ (U^T dA V diag(S))) - U U^T dA V diag(S)**(-1) + dA V diag(S)**(-1)``
+    ``dU = U (F ∘ (diag(S) V^T dA^T U)) + U (F ∘ (U^T dA V diag(S))) - U U^T dA V diag(S)^-1 + dA V diag(S)^-1``
 
     ``dS = diag(U^T dA V)``
 
-    ``dV = V (F ∘ (diag(S) U^T dA V)) + V (F ∘ (V^T dA^T U diag(S))) - V V^T dA^T U diag(S)**(-1) + dA^T U diag(S)**(-1)``
+    ``dV = V (F ∘ (diag(S) U^T dA V)) + V (F ∘ (V^T dA^T U diag(S))) - V V^T dA^T U diag(S)^-1 + dA^T U diag(S)^-1``
     """
     # Total ops: add 4, diagonal 1, matmul 7, pairwise_mul_sym 2, reciprocal 1, scale 4, scale_cols 4, scale_rows 2, transpose 3
     t0 = U.mT
@@ -78,7 +78,7 @@ def svd_jvp(U, S, V, dA):
 def svd_vjp(U, S, V, gU, gS, gV):
     """VJP of svd, as derived:
 
-    ``gA = U (F ∘ (U^T gU)) diag(S) V^T - U (F ∘ (gU^T U)) diag(S) V^T + U diag(S)**(-1) gV^T - U diag(S)**(-1) gV^T V V^T + U diag(S) (F ∘ (V^T gV)) V^T - U diag(S) (F ∘ (gV^T V)) V^T + U diag(gS) V^T - U U^T gU diag(S)**(-1) V^T + gU diag(S)**(-1) V^T``
+    ``gA = U (F ∘ (U^T gU)) diag(S) V^T - U (F ∘ (gU^T U)) diag(S) V^T + U diag(S)^-1 gV^T - U diag(S)^-1 gV^T V V^T + U diag(S) (F ∘ (V^T gV)) V^T - U diag(S) (F ∘ (gV^T V)) V^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     # Total ops: add 3, add_diag 1, matmul 6, pairwise_mul_skew 2, reciprocal 1, scale 4, scale_cols 2, scale_rows 4, transpose 3
     t0 = U.mT
@@ -113,11 +113,11 @@ def svd_vjp(U, S, V, gU, gS, gV):
 def svd_jvp_complex(U, S, V, dA):
     """JVP of svd for complex data, as derived:
 
-    ``dU = 1/2 U diag(skew(U^H dA V)) diag(S)**(-1) + U (F ∘ (diag(S) V^H dA^H U)) + U (F ∘ (U^H dA V diag(S))) - U U^H dA V diag(S)**(-1) + dA V diag(S)**(-1)``
+    ``dU = 1/2 U diag(skew(U^H dA V)) diag(S)^-1 + U (F ∘ (diag(S) V^H dA^H U)) + U (F ∘ (U^H dA V diag(S))) - U U^H dA V diag(S)^-1 + dA V diag(S)^-1``
 
     ``dS = diag(sym(U^H dA V))``
 
-    ``dV = -1/2 V diag(skew(U^H dA V)) diag(S)**(-1) + V (F ∘ (diag(S) U^H dA V)) + V (F ∘ (V^H dA^H U diag(S))) - V V^H dA^H U diag(S)**(-1) + dA^H U diag(S)**(-1)``
+    ``dV = -1/2 V diag(skew(U^H dA V)) diag(S)^-1 + V (F ∘ (diag(S) U^H dA V)) + V (F ∘ (V^H dA^H U diag(S))) - V V^H dA^H U diag(S)^-1 + dA^H U diag(S)^-1``
     """
     # Total ops: add 4, add_diag 2, diag_skew 1, diag_sym 1, matmul 7, pairwise_mul_sym 2, reciprocal 1, scale 6, scale_cols 4, scale_rows 2, transpose 3
     t0 = U.mH
@@ -159,7 +159,7 @@ def svd_jvp_complex(U, S, V, dA):
 def svd_vjp_complex(U, S, V, gU, gS, gV):
     """VJP of svd for complex data, as derived:
 
-    ``gA = 1/2 U diag(skew(U^H gU)) diag(S)**(-1) V^H - 1/2 U diag(skew(V^H gV)) diag(S)**(-1) V^H + U (F ∘ (U^H gU)) diag(S) V^H - U (F ∘ (gU^H U)) diag(S) V^H + U diag(S)**(-1) gV^H - U diag(S)**(-1) gV^H V V^H + U diag(S) (F ∘ (V^H gV)) V^H - U diag(S) (F ∘ (gV^H V)) V^H + U diag(gS) V^H - U U^H gU diag(S)**(-1) V^H + gU diag(S)**(-1) V^H``
+    ``gA = 1/2 U diag(skew(U^H gU)) diag(S)^-1 V^H - 1/2 U diag(skew(V^H gV)) diag(S)^-1 V^H + U (F ∘ (U^H gU)) diag(S) V^H - U (F ∘ (gU^H U)) diag(S) V^H + U diag(S)^-1 gV^H - U diag(S)^-1 gV^H V V^H + U diag(S) (F ∘ (V^H gV)) V^H - U diag(S) (F ∘ (gV^H V)) V^H + U diag(gS) V^H - U U^H gU diag(S)^-1 V^H + gU diag(S)^-1 V^H``
     """
     # Total ops: add 5, add_diag 2, diag_skew 2, matmul 6, pairwise_mul_skew 2, reciprocal 1, scale 6, scale_cols 2, scale_rows 4, transpose 3
     t0 = U.mH
@@ -217,7 +217,7 @@ def svd_gauge(U, V, gU, gV):
 def svd_vjp_complex_checked(U, S, V, gU, gS, gV):
     """VJP of svd for complex data, as derived:
 
-    ``gA = 1/2 U diag(skew(U^H gU)) diag(S)**(-1) V^H - 1/2 U diag(skew(V^H gV)) diag(S)**(-1) V^H + U (F ∘ (U^H gU)) diag(S) V^H - U (F ∘ (gU^H U)) diag(S) V^H + U diag(S)**(-1) gV^H - U diag(S)**(-1) gV^H V V^H + U diag(S) (F ∘ (V^H gV)) V^H - U diag(S) (F ∘ (gV^H V)) V^H + U diag(gS) V^H - U U^H gU diag(S)**(-1) V^H + gU diag(S)**(-1) V^H``
+    ``gA = 1/2 U diag(skew(U^H gU)) diag(S)^-1 V^H - 1/2 U diag(skew(V^H gV)) diag(S)^-1 V^H + U (F ∘ (U^H gU)) diag(S) V^H - U (F ∘ (gU^H U)) diag(S) V^H + U diag(S)^-1 gV^H - U diag(S)^-1 gV^H V V^H + U diag(S) (F ∘ (V^H gV)) V^H - U diag(S) (F ∘ (gV^H V)) V^H + U diag(gS) V^H - U U^H gU diag(S)^-1 V^H + gU diag(S)^-1 V^H``
 
     ``residual = diag(skew(U^H gU)) + diag(skew(V^H gV))``
     """

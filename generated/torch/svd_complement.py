@@ -19,7 +19,7 @@ import torch
 def svd_complement_jvp(U, S, V, U2, dA):
     """JVP of svd_complement, as derived:
 
-    ``dU2 = -U diag(S)**(-1) V^T dA^T U2``
+    ``dU2 = -U diag(S)^-1 V^T dA^T U2``
     """
     # Total ops: matmul 3, reciprocal 1, scale 1, scale_rows 1, transpose 2
     t0 = S.reciprocal()
@@ -36,7 +36,7 @@ def svd_complement_jvp(U, S, V, U2, dA):
 def svd_complement_vjp(U, S, V, U2, gU2):
     """VJP of svd_complement, as derived:
 
-    ``gA = -U2 gU2^T U diag(S)**(-1) V^T``
+    ``gA = -U2 gU2^T U diag(S)^-1 V^T``
     """
     # Total ops: matmul 3, reciprocal 1, scale 1, scale_cols 1, transpose 2
     t0 = gU2.mT
@@ -53,7 +53,7 @@ def svd_complement_vjp(U, S, V, U2, gU2):
 def svd_complement_jvp_complex(U, S, V, U2, dA):
     """JVP of svd_complement for complex data, as derived:
 
-    ``dU2 = -U diag(S)**(-1) V^H dA^H U2``
+    ``dU2 = -U diag(S)^-1 V^H dA^H U2``
     """
     # Total ops: matmul 3, reciprocal 1, scale 1, scale_rows 1, transpose 2
     t0 = S.reciprocal()
@@ -70,7 +70,7 @@ def svd_complement_jvp_complex(U, S, V, U2, dA):
 def svd_complement_vjp_complex(U, S, V, U2, gU2):
     """VJP of svd_complement for complex data, as derived:
 
-    ``gA = -U2 gU2^H U diag(S)**(-1) V^H``
+    ``gA = -U2 gU2^H U diag(S)^-1 V^H``
     """
     # Total ops: matmul 3, reciprocal 1, scale 1, scale_cols 1, transpose 2
     t0 = gU2.mH
@@ -99,7 +99,7 @@ def svd_complement_gauge(U2, gU2):
 def svd_complement_vjp_complex_checked(U, S, V, U2, gU2):
     """VJP of svd_complement for complex data, as derived:
 
-    ``gA = -U2 gU2^H U diag(S)**(-1) V^H``
+    ``gA = -U2 gU2^H U diag(S)^-1 V^H``
 
     ``residual = skew(U2^H gU2)``
     """

@@ -29,7 +29,7 @@ def svds_F(S, scale=1):
 def svds_jvp(A, U, S, V, dA):
     """JVP of svds, as derived:
 
-    ``dU = -A S[A^T A - d_i; V](A^T dA V) diag(S)**(-1) - A S[A^T A - d_i; V](dA^T U diag(S)) diag(S)**(-1) + U (F ∘ (diag(S) V^T dA^T U)) + U (F ∘ (U^T dA V diag(S))) - U U^T dA V diag(S)**(-1) + dA V diag(S)**(-1)``
+    ``dU = -A S[A^T A - d_i; V](A^T dA V) diag(S)^-1 - A S[A^T A - d_i; V](dA^T U diag(S)) diag(S)^-1 + U (F ∘ (diag(S) V^T dA^T U)) + U (F ∘ (U^T dA V diag(S))) - U U^T dA V diag(S)^-1 + dA V diag(S)^-1``
 
     ``dS = diag(U^T dA V)``
 
@@ -78,7 +78,7 @@ def svds_jvp(A, U, S, V, dA):
 def svds_vjp(A, U, S, V, gU, gS, gV):
     """VJP of svds, as derived:
 
-    ``gA = -A S[A^T A - d_i; V](A^T gU diag(S)**(-1)) V^T - A S[A^T A - d_i; V](gV) V^T + U (F ∘ (U^T gU)) diag(S) V^T - U (F ∘ (gU^T U)) diag(S) V^T + U diag(S) (F ∘ (V^T gV)) V^T - U diag(S) (F ∘ (gV^T V)) V^T - U diag(S) (S[A^T A - d_i; V](A^T gU diag(S)**(-1)))^T - U diag(S) (S[A^T A - d_i; V](gV))^T + U diag(gS) V^T - U U^T gU diag(S)**(-1) V^T + gU diag(S)**(-1) V^T``
+    ``gA = -A S[A^T A - d_i; V](A^T gU diag(S)^-1) V^T - A S[A^T A - d_i; V](gV) V^T + U (F ∘ (U^T gU)) diag(S) V^T - U (F ∘ (gU^T U)) diag(S) V^T + U diag(S) (F ∘ (V^T gV)) V^T - U diag(S) (F ∘ (gV^T V)) V^T - U diag(S) (S[A^T A - d_i; V](A^T gU diag(S)^-1))^T - U diag(S) (S[A^T A - d_i; V](gV))^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     # Total ops: add 5, add_diag 1, diag_mul 1, matmul 8, pairwise_mul_skew 2, reciprocal 1, scale 5, scale_cols 4, scale_rows 2, shifted_solve 1, transpose 4
     t0 = U.mT

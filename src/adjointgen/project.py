@@ -14,6 +14,7 @@ here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fa
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -74,6 +75,19 @@ class Project:
     def output_file(self, backend: str, name: str) -> Path:
         """Where ``backend`` writes the file of operation ``name``."""
         return self.output / BACKENDS[backend].format(name=name)
+
+    @contextlib.contextmanager
+    def importable(self):
+        """The project's own modules importable (its root and ``src/``), e.g. a forward computation
+        in the user's package while the audit or the verification of generated code runs it."""
+        extra = [p for p in (str(self.root / "src"), str(self.root)) if p not in sys.path]
+        sys.path[:0] = extra
+        try:
+            yield
+        finally:
+            for p in extra:
+                if p in sys.path:
+                    sys.path.remove(p)
 
     @property
     def template_dirs(self) -> tuple[Path, ...]:

@@ -267,11 +267,11 @@ def _has_inverse(step) -> bool:
 
 def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict)."""
-    if d.sampler is None:
+    if d.sampler is None and d.error is None:
         raise DerivationError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
                               "(call d.instances(sampler, [dims, ...]) before the first step; see "
                               "Derivation.instances for the sampler's contract)")
-    contexts = instances(d, seed)
+    contexts = instances(d, seed) if d.sampler is not None else []  # a script stopped early: its error
     sym_env = _symbolic_env(d) if symbolic else None
     # explicit inverses of 3x3 symbolic matrices are slow to simplify: steps with B^-1 use 2x2
     sym_env_small = _symbolic_env(d, 2) if symbolic else None

@@ -179,17 +179,39 @@ def _product(term_lists: list[list[Term]]) -> list[Term]:
     return out
 
 
+def _inverse_factors(f) -> tuple | None:
+    """The factors ``(P1, ..., Pk)`` of ``M`` for ``f = M^-1`` with ``M`` a product (``(P,)`` for
+    an atom), or ``None`` when ``f`` is not an inverse."""
+    if not isinstance(f, Inverse):
+        return None
+    if isinstance(f.arg, MatMul):
+        c, mats = f.arg.as_coeff_matrices()
+        return tuple(mats) if c == 1 else None
+    return (f.arg,)
+
+
 def _cancel_inverses(factors: tuple) -> tuple:
-    """``M M^-1 = M^-1 M = I`` for adjacent factors."""
+    """``M M^-1 = M^-1 M = I`` for adjacent factors, also for a product ``M = P1 ... Pk`` next to
+    its factors (``(A^T W A)^-1 A^T W A = I``)."""
     out: list = []
     for f in factors:
-        if out and (
-            (isinstance(f, Inverse) and f.arg == out[-1])
-            or (isinstance(out[-1], Inverse) and out[-1].arg == f)
-        ):
-            out.pop()
-            continue
         out.append(f)
+        while out:
+            last = out[-1]
+            done = False
+            inv = _inverse_factors(last)
+            if inv is not None and len(out) > len(inv) and tuple(out[-1 - len(inv):-1]) == inv:
+                del out[-1 - len(inv):]  # P1 ... Pk (P1 ... Pk)^-1
+                done = True
+            else:
+                for j in range(len(out) - 1, -1, -1):  # (P1 ... Pk)^-1 P1 ... Pk
+                    inv = _inverse_factors(out[j])
+                    if inv is not None and tuple(out[j + 1:]) == inv:
+                        del out[j:]
+                        done = True
+                        break
+            if not done:
+                break
     return tuple(out) if out else (Identity(factors[0].shape[0]),)
 
 
@@ -206,6 +228,58 @@ def collect(terms: Iterable[Term]) -> list[Term]:
     out = [(c, fs) for c, fs in out if c != 0]
     out.sort(key=lambda t: "*".join(str(f) for f in t[1]))
     return out
+
+
+def _sum_inverse(f) -> bool:
+    return isinstance(f, Inverse) and isinstance(f.arg, MatAdd)
+
+
+def _cancel_sum_inverses(terms: list[Term], structure: Structure) -> list[Term]:
+    """``S^-1 S R = R`` and ``L S S^-1 = L`` for a sum ``S``, after distribution.
+
+    Products with a single matrix (``M^-1 M``) cancel while the factors are multiplied; the inverse
+    of a sum meets the sum only term by term: ``S^-1 X1 R + S^-1 X2 R`` with ``S = X1 + X2``.  A
+    group of terms that spells out ``c S^-1 S R`` exactly (every term of ``S``, the same ``c`` and
+    ``R``) is replaced by ``c R``; nothing else changes."""
+    if not any(fs and (_sum_inverse(fs[0]) or _sum_inverse(fs[-1])) for _, fs in terms):
+        return terms
+    for side in ("left", "right"):
+        changed = True
+        while changed:
+            changed = False
+            table = {tuple(_key(f) for f in fs): (c, fs) for c, fs in terms}
+            for c, fs in terms:
+                inv = fs[0] if side == "left" else fs[-1]
+                if len(fs) < 2 or not _sum_inverse(inv):
+                    continue
+                rest = fs[1:] if side == "left" else fs[:-1]
+                s_terms = [(cs, tuple(g for g in gs if not isinstance(g, Identity))) for cs, gs in
+                           expand(inv.arg, structure)]
+                found = None
+                for cs, gs in s_terms:
+                    n = len(gs)
+                    if (rest[:n] if side == "left" else rest[len(rest) - n:]) != gs:
+                        continue
+                    R = rest[n:] if side == "left" else rest[:len(rest) - n]
+                    k = c / cs
+                    group = []
+                    for cs2, gs2 in s_terms:
+                        full = (inv, *gs2, *R) if side == "left" else (*R, *gs2, inv)
+                        hit = table.get(tuple(_key(f) for f in full))
+                        if hit is None or sp.simplify(hit[0] - k * cs2) != 0:
+                            break
+                        group.append(tuple(_key(f) for f in full))
+                    else:
+                        found = (k, R, set(group))
+                        break
+                if found is None:
+                    continue
+                k, R, group = found
+                kept = [(c2, fs2) for c2, fs2 in terms if tuple(_key(f) for f in fs2) not in group]
+                terms = collect(kept + [(k, R if R else (Identity(inv.shape[0]),))])
+                changed = True
+                break
+    return terms
 
 
 def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure) -> list[Term]:
@@ -313,11 +387,12 @@ def expand(expr, structure: Structure) -> list[Term]:
     if isinstance(expr, ZeroMatrix):
         return []
     if isinstance(expr, MatAdd):
-        return collect([t for a in expr.args for t in expand(a, structure)])
+        return _cancel_sum_inverses(collect([t for a in expr.args for t in expand(a, structure)]), structure)
     if isinstance(expr, MatMul):
         coeff, mats = expr.as_coeff_matrices()
         parts = [expand(m, structure) for m in mats]
-        return collect((coeff * c, _commute_diagonals(fs, structure)) for c, fs in _product(parts))
+        return _cancel_sum_inverses(
+            collect((coeff * c, _commute_diagonals(fs, structure)) for c, fs in _product(parts)), structure)
     if isinstance(expr, sp.MatPow):
         base, exp = expr.args
         if exp == -1:

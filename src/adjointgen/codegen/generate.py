@@ -223,8 +223,9 @@ def audit_one(root, name: str, *, symbolic: bool = True) -> Audited:
     from .lower import lower_derivation
 
     project = _project(root)
-    d = load_derivation(project, name, partial=True)
-    report = audit(d, symbolic=symbolic)
+    with project.importable():  # a forward the derivation declares may live in the project
+        d = load_derivation(project, name, partial=True)
+        report = audit(d, symbolic=symbolic)
     op = lower_derivation(d, str(project.root), project.package) if report.passed and d.error is None else None
     return Audited(d, report, op)
 

@@ -31,6 +31,10 @@ OPS = {
     "shifted_solve": "column i of X: w_i with P (A - d_i B) w_i = P x_i, U^T B w_i = 0 (runtime solver)",
     "diag_sym": "the real part of the diagonal of a (diag(sym(a)) of a complex matrix), as a real vector",
     "diag_skew": "i times the imaginary part of the diagonal of a (diag(skew(a))), as a vector",
+    "add_eye": "a + coeff * I",
+    "solve": "a^-1 b (structure: lower/upper triangular or general)",
+    "solve_right": "a b^-1 (structure of b: lower/upper triangular or general)",
+    "inverse": "a^-1 on its own (structure: lower/upper triangular or general)",
 }
 
 

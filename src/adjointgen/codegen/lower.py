@@ -34,13 +34,36 @@ class LoweringError(Exception):
     pass
 
 
+class _Inverse:
+    """A factor ``M^-1`` of a product, kept unevaluated: the product applies it by a solve."""
+
+    def __init__(self, value: str, structure: str):
+        self.value = value  # the value holding M
+        self.structure = structure  # "lower", "upper" (triangular solves) or "general"
+
+
 class _Builder:
-    def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str]):
+    def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str],
+                 structure=None):
         self.params = params  # symbol name -> Param
         self.pairwise_names = pairwise_names  # pairwise symbol -> function name
         self.vector_of = vector_of  # pairwise symbol -> param name of its diagonal vector
+        self.structure = structure  # the derivation's declared structure (triangular factors)
         self.values: list[Value] = []
         self.by_key: dict[tuple, str] = {}
+
+    def triangle(self, e) -> str:
+        """``lower``/``upper`` for a declared triangular symbol (or its transpose), else ``general``."""
+        st = self.structure
+        if st is None:
+            return "general"
+        lower, upper = getattr(st, "lower", set()), getattr(st, "upper", set())
+        if isinstance(e, MatrixSymbol):
+            return "lower" if e.name in lower else ("upper" if e.name in upper else "general")
+        if isinstance(e, Transpose) and isinstance(e.arg, MatrixSymbol):
+            name = e.arg.name
+            return "upper" if name in lower else ("lower" if name in upper else "general")
+        return "general"
 
     def emit(self, op, args, kind, attrs=()):
         key = (op, tuple(args), kind, tuple(attrs))
@@ -71,7 +94,7 @@ class _Builder:
                 raise LoweringError(f"symbol {e.name} is not a parameter of the rule")
             return self.params[e.name].name
         if isinstance(e, MatAdd):
-            return self.add([self.lower(a) for a in e.args])
+            return self.lower_sum(e)
         if isinstance(e, MatMul):
             c, mats = e.as_coeff_matrices()
             mats = [m for m in mats if not isinstance(m, Identity)]
@@ -99,9 +122,10 @@ class _Builder:
             return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", [("fn", fn)])
         if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
             inner = self.lower(e.args[0])
-            if self.kind(inner) != "diag":
-                raise LoweringError(f"only inverses of diagonal matrices are lowered, not {e}")
-            return self.emit("reciprocal", [inner], "diag")
+            if self.kind(inner) == "diag":
+                return self.emit("reciprocal", [inner], "diag")
+            # an inverse on its own (not a factor of a product, where it becomes a solve)
+            return self.emit("inverse", [inner], "matrix", [("structure", self.triangle(e.args[0]))])
         if isinstance(e, sp.MatPow) and e.args[1].is_Integer and e.args[1] > 0:
             return self.chain([e.args[0]] * int(e.args[1]))
         if isinstance(e, ShiftedSolve):
@@ -123,6 +147,23 @@ class _Builder:
             return inner if self.kind(inner) == "diag" else self.emit("sym", [inner], "matrix")
         raise LoweringError(f"cannot lower {type(e).__name__}: {e}")
 
+    def lower_sum(self, e) -> str:
+        """A sum; identity terms ``c I`` become one ``+ c I`` (no identity matrix is formed)."""
+        eye = sp.Integer(0)
+        rest = []
+        for a in e.args:
+            c, mats = a.as_coeff_matrices() if isinstance(a, MatMul) else (sp.Integer(1), [a])
+            if all(isinstance(m, Identity) for m in mats):
+                eye += c
+            else:
+                rest.append(a)
+        out = self.add([self.lower(a) for a in rest]) if rest else None
+        if eye == 0:
+            return out
+        if out is None:
+            raise LoweringError(f"a multiple of the identity alone has no shape to take: {e}")
+        return self.emit("add_eye", [out], self.kind(out), [("coeff", sp.sstr(eye))])
+
     def add(self, names):
         mats = sorted(n for n in names if self.kind(n) == "matrix")
         diags = sorted(n for n in names if self.kind(n) == "diag")
@@ -135,6 +176,12 @@ class _Builder:
         return out
 
     def mul2(self, a, b):
+        if isinstance(a, _Inverse) and isinstance(b, _Inverse):
+            raise LoweringError("a product of two inverses should have been ordered around another factor")
+        if isinstance(a, _Inverse):  # M^-1 b: a solve
+            return self.emit("solve", [a.value, b], "matrix", [("structure", a.structure)])
+        if isinstance(b, _Inverse):  # a M^-1: a solve from the right
+            return self.emit("solve_right", [a, b.value], "matrix", [("structure", b.structure)])
         ka, kb = self.kind(a), self.kind(b)
         if ka == "diag" and kb == "diag":
             return self.emit("diag_mul", [a, b], "diag")
@@ -144,12 +191,20 @@ class _Builder:
             return self.emit("scale_cols", [a, b], "matrix")
         return self.emit("matmul", [a, b], "matrix")
 
+    def operand(self, m):
+        """A factor of a product: its value, or an unevaluated inverse applied later by a solve."""
+        if isinstance(m, Inverse) or (isinstance(m, sp.MatPow) and m.args[1] == -1):
+            inner = self.lower(m.args[0])
+            if self.kind(inner) != "diag":
+                return _Inverse(inner, self.triangle(m.args[0]))
+        return self.lower(m)
+
     def chain(self, mats):
-        names = [self.lower(m) for m in mats]
+        names = [self.operand(m) for m in mats]
         if len(names) == 1:
-            return names[0]
+            return names[0] if not isinstance(names[0], _Inverse) else self.lower(mats[0])
         sizes = [_size(m.shape[0]) for m in mats] + [_size(mats[-1].shape[1])]
-        kinds = [self.kind(n) for n in names]
+        kinds = ["inverse" if isinstance(n, _Inverse) else self.kind(n) for n in names]
         n = len(names)
         cost = [[0.0] * n for _ in range(n)]
         split = [[0] * n for _ in range(n)]
@@ -158,6 +213,8 @@ class _Builder:
                 j = i + length - 1
                 best = None
                 for k in range(i, j):
+                    if (i == k and kinds[i] == "inverse") and (k + 1 == j and kinds[j] == "inverse"):
+                        continue  # M^-1 N^-1 is applied to a third factor, never formed
                     # a diagonal factor costs an elementwise scaling, not a product
                     c = cost[i][k] + cost[k + 1][j]
                     left_diag = i == k and kinds[i] == "diag"
@@ -165,7 +222,7 @@ class _Builder:
                     c += sizes[i] * sizes[j + 1] if (left_diag or right_diag) else sizes[i] * sizes[k + 1] * sizes[j + 1]
                     if best is None or c < best[0]:
                         best = (c, k)
-                cost[i][j], split[i][j] = best
+                cost[i][j], split[i][j] = best if best is not None else (float("inf"), i)
 
         def build(i, j):
             if i == j:
@@ -193,6 +250,19 @@ class _FormulaPrinter(StrPrinter):
 
     def _print_HadamardProduct(self, expr):
         return " ∘ ".join(self.parenthesize(a, 50) for a in expr.args)
+
+    def _print_Inverse(self, expr):
+        inner = self._print(expr.arg)
+        return (inner if isinstance(expr.arg, MatrixSymbol) else f"({inner})") + "^-1"
+
+    def _print_MatPow(self, expr):
+        base, exp = expr.args
+        if exp == -1:
+            return self._print_Inverse(Inverse(base))
+        return super()._print_MatPow(expr)
+
+    def _print_Identity(self, expr):
+        return "I"
 
     def _print_Transpose(self, expr):
         inner = self._print(expr.arg)
@@ -260,7 +330,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
-        b = _Builder(params, pw_names, vector_of)
+        b = _Builder(params, pw_names, vector_of, d.structure)
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):

@@ -31,6 +31,11 @@ class ArrayPrinter:
 
     def value(self, v: Value, complex_: bool = False) -> str:
         table = {**self.table, **(self.complex_table or {})} if complex_ else self.table
+        if v.op in ("solve", "solve_right", "inverse"):  # one entry per structure of the matrix
+            key = f"{v.op}_{v.attr('structure')}"
+            if key not in table:
+                raise KeyError(f"printer '{self.name}' has no entry for operation '{key}'")
+            return table[key].format(*v.args, **dict(v.attrs))
         if v.op not in table:
             raise KeyError(f"printer '{self.name}' has no entry for operation '{v.op}'"
                            + (" on complex data" if complex_ else ""))
@@ -39,6 +44,8 @@ class ArrayPrinter:
             return " + ".join(v.args)
         if v.op == "scale" and v.attr("coeff") == "-1":
             return f"-{v.args[0]}"
+        if v.op == "add_eye" and v.attr("coeff") in ("1", "-1"):
+            fmt = fmt.replace("+ {coeff} * ", "+ " if v.attr("coeff") == "1" else "- ")
         return fmt.format(*v.args, **dict(v.attrs))
 
     def lines(self, rule: RuleIR) -> list[tuple[str, str]]:
@@ -81,6 +88,16 @@ TORCH = ArrayPrinter(
         "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mT)",
         "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mT)",
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
+        "add_eye": "{0} + {coeff} * torch.eye({0}.shape[-1], dtype={0}.dtype, device={0}.device)",
+        "solve_general": "torch.linalg.solve({0}, {1})",
+        "solve_lower": "torch.linalg.solve_triangular({0}, {1}, upper=False)",
+        "solve_upper": "torch.linalg.solve_triangular({0}, {1}, upper=True)",
+        "solve_right_general": "torch.linalg.solve({1}, {0}, left=False)",
+        "solve_right_lower": "torch.linalg.solve_triangular({1}, {0}, upper=False, left=False)",
+        "solve_right_upper": "torch.linalg.solve_triangular({1}, {0}, upper=True, left=False)",
+        "inverse_general": "torch.linalg.inv({0})",
+        "inverse_lower": "torch.linalg.inv({0})",
+        "inverse_upper": "torch.linalg.inv({0})",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -114,6 +131,16 @@ XP = ArrayPrinter(
         "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew')",
         "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym')",
         "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
+        "add_eye": "{0} + {coeff} * xp.eye({0}.shape[-1], dtype={0}.dtype)",
+        "solve_general": "xp.linalg.solve({0}, {1})",
+        "solve_lower": "_solve_triangular(xp, {0}, {1}, lower=True)",
+        "solve_upper": "_solve_triangular(xp, {0}, {1}, lower=False)",
+        "solve_right_general": "xp.swapaxes(xp.linalg.solve(xp.swapaxes({1}, -1, -2), xp.swapaxes({0}, -1, -2)), -1, -2)",
+        "solve_right_lower": "xp.swapaxes(_solve_triangular(xp, xp.swapaxes({1}, -1, -2), xp.swapaxes({0}, -1, -2), lower=False), -1, -2)",
+        "solve_right_upper": "xp.swapaxes(_solve_triangular(xp, xp.swapaxes({1}, -1, -2), xp.swapaxes({0}, -1, -2), lower=True), -1, -2)",
+        "inverse_general": "xp.linalg.inv({0})",
+        "inverse_lower": "xp.linalg.inv({0})",
+        "inverse_upper": "xp.linalg.inv({0})",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",

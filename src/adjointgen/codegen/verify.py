@@ -12,8 +12,6 @@ the function.
 """
 from __future__ import annotations
 
-import contextlib
-import sys
 import types
 from pathlib import Path
 
@@ -32,18 +30,6 @@ def _module(path: Path, text: str, name: str):
     mod.__file__ = str(path)
     exec(compile(text, str(path), "exec"), mod.__dict__)
     return mod
-
-
-@contextlib.contextmanager
-def _importable(project):
-    """The project's own modules (a forward of the user's package) importable during the check."""
-    extra = [str(project.root), str(project.root / "src")]
-    sys.path[:0] = extra
-    try:
-        yield
-    finally:
-        for p in extra:
-            sys.path.remove(p)
 
 
 def _relative_error(got, want) -> float:
@@ -69,7 +55,7 @@ def verify_generated(project, d, op, texts: dict) -> None:
 
     contexts = instances(d)
     problems: list[str] = []
-    with _importable(project):
+    with project.importable():
         if "cupy" in texts:
             path, text = texts["cupy"]
             module = _load(path, text, f"_adjointgen_verify_{op.name}_cupy", problems)

@@ -38,6 +38,22 @@ def add_diag_(xp, X, d):
     X[..., idx, idx] += d
 
 
+def solve_triangular(xp, M, B, lower: bool):
+    """``M^-1 B`` for triangular ``M`` (batched): SciPy's (NumPy) or cupyx's (CuPy) triangular
+    solve, one matrix of the batch at a time."""
+    if is_cupy(xp):
+        from cupyx.scipy.linalg import solve_triangular as solve
+    else:
+        from scipy.linalg import solve_triangular as solve
+    batch = numpy.broadcast_shapes(M.shape[:-2], B.shape[:-2])
+    Mb = xp.broadcast_to(M, batch + M.shape[-2:]).reshape((-1,) + M.shape[-2:])
+    Bb = xp.broadcast_to(B, batch + B.shape[-2:]).reshape((-1,) + B.shape[-2:])
+    out = xp.empty(Bb.shape, dtype=xp.result_type(M.dtype, B.dtype))
+    for i in range(Mb.shape[0]):
+        out[i] = solve(Mb[i], Bb[i], lower=lower)
+    return out.reshape(batch + B.shape[-2:])
+
+
 @functools.lru_cache(maxsize=None)
 def _module(package: str, op: str):
     source = resources.files(package).joinpath("cuda", f"{op}.cu").read_text()

@@ -1,0 +1,181 @@
+"""User projects: `adjointgen init`, generation into the project's own package, template overrides,
+and the errors a derivation author gets for their mistakes."""
+import importlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from adjointgen.codegen import generate as gen
+from adjointgen.project import ProjectError, load_project
+
+
+def run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "adjointgen", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("proj") / "myops"
+    r = run("init", str(folder), cwd=folder.parent)
+    assert r.returncode == 0, r.stderr
+    r = run("generate", "--jobs", "1", cwd=folder)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return folder
+
+
+def test_init_writes_a_configured_project(initialised):
+    project = load_project(initialised)
+    assert project.package == "myops._adjoint"
+    assert project.output == (initialised / "src" / "myops" / "_adjoint").resolve()
+    assert project.derivation_names() == ["cayley"]
+    assert (initialised / "tests" / "test_cayley.py").is_file()
+    assert run("init", str(initialised), cwd=initialised.parent).returncode == 2  # no silent overwrite
+
+
+def test_generated_package_imports_and_differentiates(initialised, monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(str(initialised / "src"))
+    for name in [m for m in sys.modules if m == "myops" or m.startswith("myops.")]:
+        del sys.modules[name]
+    module = importlib.import_module("myops._adjoint.torch.cayley")
+    text = (initialised / "src" / "myops" / "_adjoint" / "torch" / "cayley.py").read_text()
+    assert "sources: derivations/cayley.py, adjointgen/templates/torch/op.py.j2" in text
+    A = (0.3 * torch.randn(4, 4, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(module.cayley, (A,))
+    with pytest.raises(ValueError, match="square"):
+        module.cayley(torch.zeros(3, 4, dtype=torch.float64))
+
+
+def test_check_list_and_the_project_test(initialised):
+    assert run("generate", "--check", "--jobs", "1", cwd=initialised).returncode == 0
+    listed = run("list", cwd=initialised)
+    assert "cayley" in listed.stdout and "src/myops/_adjoint/torch/cayley.py" in listed.stdout
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=initialised,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_project_template_overrides_the_builtin_one(initialised, tmp_path):
+    folder = tmp_path / "override"
+    shutil.copytree(initialised, folder)
+    (folder / "templates" / "report").mkdir(parents=True)
+    (folder / "templates" / "report" / "audit.md.j2").write_text("{{ header }}\nCUSTOM REPORT {{ op.name }}\n")
+    config = folder / "pyproject.toml"
+    config.write_text(config.read_text().replace('[tool.adjointgen]\n', '[tool.adjointgen]\ntemplates = "templates"\n'))
+    r = run("generate", "--jobs", "1", cwd=folder)
+    assert r.returncode == 0, r.stderr
+    report = (folder / "src" / "myops" / "_adjoint" / "reports" / "cayley.md").read_text()
+    assert "CUSTOM REPORT cayley" in report and "sources: derivations/cayley.py, templates/report/audit.md.j2" in report
+    # the torch module still comes from the built-in template
+    assert "adjointgen/templates/torch/op.py.j2" in (folder / "src/myops/_adjoint/torch/cayley.py").read_text()
+
+
+def test_template_errors_name_the_template(initialised, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(initialised, folder)
+    (folder / "templates" / "torch").mkdir(parents=True)
+    (folder / "templates" / "torch" / "op.py.j2").write_text("{{ header }}\n{% for x in %}\n")
+    config = folder / "pyproject.toml"
+    config.write_text(config.read_text().replace('[tool.adjointgen]\n', '[tool.adjointgen]\ntemplates = "templates"\n'))
+    r = run("generate", "--jobs", "1", cwd=folder)
+    assert r.returncode == 2
+    assert "templates/torch/op.py.j2:2: template syntax error" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_project_is_a_clear_error(tmp_path):
+    r = run("list", cwd=tmp_path)
+    assert r.returncode == 2 and "no adjointgen project" in r.stderr and "adjointgen init" in r.stderr
+    (tmp_path / "pyproject.toml").write_text("[tool.adjointgen]\nbackends = ['torch']\n")
+    with pytest.raises(ProjectError, match="needs `package`"):
+        load_project(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.adjointgen]\npackage = 'x'\nbackends = ['fortran']\n")
+    with pytest.raises(ProjectError, match="unknown backend"):
+        load_project(tmp_path)
+
+
+def _derivation_project(tmp_path, body):
+    (tmp_path / "derivations").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.adjointgen]\npackage = "pkg._adjoint"\n')
+    (tmp_path / "derivations" / "inv.py").write_text(textwrap.dedent(body))
+    return load_project(tmp_path)
+
+
+INVERSE = '''\
+import numpy as np
+from adjointgen.audit import fd_tangents
+from adjointgen.calculus import Derivation, Identity
+
+def forward(A):
+    return {"X": np.linalg.inv(A)}
+
+def sample(rng, n):
+    A = rng.standard_normal((n, n)) + n * np.eye(n)
+    dA = rng.standard_normal((n, n))
+    base, tan = fd_tangents(forward, {"A": A}, {"A": dA})
+    return SAMPLE
+
+d = Derivation("inv", __file__, title="inverse")
+n = d.dim("n")
+A = d.input("A", n, n)
+X = d.output("X", n, n)
+FORWARD
+d.instances(sample, [{"n": 3}])
+eq = d.identity("A X = I", A * X, Identity(n))
+s = d.left_multiply(d.differentiate(eq), X)
+s = d.substitute(s, d.identity("X A = I", X * A, Identity(n)))
+d.set_jvp(dX=d.solve_for(s, d.tangent(X)))
+d.derive_vjp()
+'''
+
+
+def _inverse(sample='{"A": A, "dA": dA, "X": base["X"], "dX": tan["X"]}', forward='d.forward(numpy="xp.linalg.inv")'):
+    return INVERSE.replace("SAMPLE", sample).replace("FORWARD", forward)
+
+
+def test_a_sampler_that_omits_a_key_is_named(tmp_path):
+    project = _derivation_project(tmp_path, _inverse(sample='{"A": A, "dA": dA, "X": base["X"]}'))
+    with pytest.raises(gen.GenerationFailed) as err:
+        gen.render(project, jobs=1)
+    message = str(err.value)
+    assert "inv.py:" in message and "returned no dX (output tangent" in message and "fd_tangents" in message
+
+
+def test_a_forward_that_cannot_be_imported_is_named_with_its_line(tmp_path):
+    project = _derivation_project(tmp_path, _inverse(forward="d.forward(torch=lambda A: A)"))
+    with pytest.raises(gen.GenerationFailed) as err:
+        gen.render(project, jobs=1)
+    assert "inv.py:18" in str(err.value) and "must be importable" in str(err.value)
+
+
+def test_a_forward_with_the_wrong_convention_fails_the_audit_at_its_line(tmp_path):
+    project = _derivation_project(tmp_path, _inverse(forward='d.forward(numpy="xp.transpose")'))
+    with pytest.raises(gen.GenerationFailed) as err:
+        gen.render(project, jobs=1)
+    assert "the forward computation" in str(err.value) and "inv.py:18" in str(err.value)
+
+
+def test_an_error_inside_a_derivation_script_names_file_and_line(tmp_path):
+    project = _derivation_project(tmp_path, _inverse().replace("d.derive_vjp()", "d.derive_vjp(undefined_name)"))
+    with pytest.raises(gen.GenerationFailed) as err:
+        gen.render(project, jobs=1)
+    assert "inv.py:24: NameError" in str(err.value)
+
+
+def test_the_command_line_starts_without_torch_or_sympy(tmp_path):
+    code = ("import sys, contextlib, io\n"
+            "from adjointgen import cli\n"
+            "for argv in (['--help'], ['init', sys.argv[1]], ['--root', sys.argv[1], 'list']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            cli.main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "print(sorted(m for m in ('torch', 'sympy', 'jinja2', 'numpy') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fresh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
