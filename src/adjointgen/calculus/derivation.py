@@ -220,7 +220,12 @@ class Derivation:
 
     def __init__(self, name: str, path: str, *, title: str, references: tuple[str, ...] = (),
                  field: str = "real"):
-        """``field="complex"``: the symbols are complex matrices and ``^T`` is the conjugate
+        """One operation's derivation: ``Derivation("inv", __file__, title="matrix inverse")``.
+
+        ``name`` names the generated modules and functions (``<name>``, ``<name>_jvp``, ...);
+        ``path`` is the derivation file (``__file__``: steps and errors point at its lines);
+        ``title`` and ``references`` appear in the generated docstrings and audit reports.
+        ``field="complex"``: the symbols are complex matrices and ``^T`` is the conjugate
         transpose (see :class:`~adjointgen.calculus.nodes.Structure`); the VJP is the adjoint under
         ``<X, Y> = Re tr(X^H Y)``, and the rules are also specialised to real data."""
         if field not in ("real", "complex"):
@@ -263,6 +268,7 @@ class Derivation:
 
     # ------------------------------------------------------------------ declarations
     def dim(self, name: str) -> sp.Symbol:
+        """A dimension symbol (``n``, ``m``, ``k``); the instances give it values."""
         s = sp.Symbol(name, integer=True, positive=True)
         self.dims.append(s)
         return s
@@ -402,6 +408,7 @@ class Derivation:
         return DiagPart(X)
 
     def tangent(self, sym: MatrixSymbol) -> MatrixSymbol:
+        """The tangent symbol ``d<name>`` of an input or output (it has the symbol's structure)."""
         return self.tangents[sym.name]
 
     def instances(self, sampler: Callable, dims: list[dict[str, int]]):
@@ -463,14 +470,24 @@ class Derivation:
 
     # ------------------------------------------------------------------ identities
     def identity(self, label: str, lhs, rhs) -> Equation:
-        """A defining identity of the operation (checked numerically on every instance)."""
+        """A defining identity of the operation (checked numerically on every instance).
+
+        Records: a ``identity`` step.  Numeric check: the residual of the identity on every instance
+        (the sampler's values must satisfy it).  Symbolic check: none (an identity of the operation
+        is an assumption, not a consequence).
+        """
         eq = self._eq(lhs, rhs)
         self._record("identity", label, eq, check=_equation_check(eq))
         return eq
 
     # ------------------------------------------------------------------ steps
     def differentiate(self, eq: Equation, label="differentiate") -> Equation:
-        """``d(lhs) = d(rhs)`` with the product, transpose and inverse rules."""
+        """``d(lhs) = d(rhs)`` with the product, transpose and inverse rules.
+
+        Records: a ``differentiate`` step.  Numeric check: the residual of the new equation on every
+        instance (output tangents from finite differences).  Symbolic check: the derivative of the
+        old equation along ``X + ε dX`` equals the new one on explicit matrices.
+        """
         dl = algebra.differential(eq.lhs, self._tangent_of)
         dr = algebra.differential(eq.rhs, self._tangent_of)
         new = self._eq(dl, dr)
@@ -489,6 +506,11 @@ class Derivation:
         return new
 
     def left_multiply(self, eq: Equation, M, label="left-multiply") -> Equation:
+        """``M lhs = M rhs`` (projections onto a basis, ``U^T``; inverses, ``(I + A)^-1``).
+
+        Records: a ``left_multiply`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: ``M (lhs - rhs)`` equals the new residual on explicit matrices.
+        """
         new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
 
         def symbolic(env, old=eq, new=new):
@@ -498,6 +520,11 @@ class Derivation:
         return new
 
     def right_multiply(self, eq: Equation, M, label="right-multiply") -> Equation:
+        """``lhs M = rhs M``.
+
+        Records: a ``right_multiply`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: ``(lhs - rhs) M`` equals the new residual on explicit matrices.
+        """
         new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
 
         def symbolic(env, old=eq, new=new):
@@ -507,7 +534,11 @@ class Derivation:
         return new
 
     def transpose(self, eq: Equation, label="transpose") -> Equation:
-        """``lhs^T = rhs^T`` with declared structure applied (``A^T = A`` for symmetric ``A``)."""
+        """``lhs^T = rhs^T`` with declared structure applied (``A^T = A`` for symmetric ``A``).
+
+        Records: a ``transpose`` step.  Numeric check: the residual of the new equation.  Symbolic
+        check: the (conjugate) transpose of the old residual equals the new one.
+        """
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
 
         def symbolic(env, old=eq, new=new):
@@ -517,7 +548,11 @@ class Derivation:
         return new
 
     def substitute(self, eq: Equation, identity: Equation, label="substitute") -> Equation:
-        """Replace every occurrence of the product ``identity.lhs`` by ``identity.rhs``."""
+        """Replace every occurrence of the product ``identity.lhs`` by ``identity.rhs``.
+
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        check: none (it uses an identity of the decomposition).
+        """
         lhs, n1 = algebra.substitute_product(eq.lhs, identity.lhs, identity.rhs, self.structure)
         rhs, n2 = algebra.substitute_product(eq.rhs, identity.lhs, identity.rhs, self.structure)
         if n1 + n2 == 0:
@@ -534,6 +569,9 @@ class Derivation:
         With ``skew_by`` (the differentiated orthonormality identity, ``dU^T U + U^T dU = 0``),
         the new symbol is declared skew-symmetric after the engine shows that substituting the
         definition into ``skew_by`` gives ``X + X^T = 0``.
+
+        Records: a ``define`` step (and a ``skew`` step).  Numeric check: the definition on every
+        instance (and the skew-symmetry).  Symbolic check: none (a definition).
         """
         label = label or f"introduce {name} = {definition}"
         sym = MatrixSymbol(name, *definition.shape)
@@ -553,7 +591,11 @@ class Derivation:
         return sym
 
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
-        """Replace the introduced symbol's definition (and its transpose) by the symbol."""
+        """Replace the introduced symbol's definition (and its transpose) by the symbol.
+
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        check: the old and new residuals agree with the symbol replaced by its definition.
+        """
         definition = dict((s.name, d) for s, d in self.introduced)[sym.name]
         label = label or f"substitute {sym.name} = {definition}"
         out = []
@@ -578,6 +620,10 @@ class Derivation:
 
         The entry formula is read off the expansion on explicit 3×3 matrices: the coefficient of
         ``X_01`` (with ``d_0, d_1 -> d_i, d_j``) and of ``X_11`` for the diagonal.
+
+        Records: a ``hadamard_split`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: the old and new residuals agree on explicit matrices, with the pairwise
+        matrix's entries.
         """
         label = label or f"Hadamard split of the terms D^a {X.name} D^b, D = {D.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -617,7 +663,11 @@ class Derivation:
 
     def diagonal_part(self, eq: Equation, label="diagonal part") -> Equation:
         """``diag(lhs) = diag(rhs)``; diagonal symbols stay, skew symbols and ``E ∘ X`` with
-        ``E_ii = 0`` vanish."""
+        ``E_ii = 0`` vanish.
+
+        Records: a ``diagonal_part`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: ``diag`` of the old residual equals the new one.
+        """
         new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
 
         def symbolic(env, old=eq, new=new):
@@ -628,12 +678,20 @@ class Derivation:
 
     def hermitian_part(self, eq: Equation, label="Hermitian part") -> Equation:
         """``sym(lhs) = sym(rhs)``, ``sym(X) = (X + X^H)/2``: for a diagonal equation, its real
-        part (``sym(S diag(Ω)) = 0`` for real ``S`` and anti-Hermitian ``Ω``)."""
+        part (``sym(S diag(Ω)) = 0`` for real ``S`` and anti-Hermitian ``Ω``).
+
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        the Hermitian part of the old residual equals the new one.
+        """
         return self._part(eq, Sym, label)
 
     def antihermitian_part(self, eq: Equation, label="anti-Hermitian part") -> Equation:
         """``skew(lhs) = skew(rhs)``, ``skew(X) = (X - X^H)/2``: for a diagonal equation, ``i``
-        times its imaginary part."""
+        times its imaginary part.
+
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        the anti-Hermitian part of the old residual equals the new one.
+        """
         from .nodes import Skew
 
         return self._part(eq, Skew, label)
@@ -658,7 +716,13 @@ class Derivation:
         identity of the operation is unchanged to first order along it, and records ``fix``, a pair
         ``(lhs, rhs)`` (the gauge choice the sampler's reference forward is aligned to).  :meth:`derive_vjp` then also
         derives the gauge residual: the derivative of the loss along the gauge, which must vanish
-        for the loss to be well defined."""
+        for the loss to be well defined.
+
+        Records: a ``gauge`` step per identity (unchanged along the gauge) and one for the gauge
+        choice; :meth:`derive_vjp` adds the gauge residual step.  Numeric check: every identity,
+        differentiated along the gauge direction, vanishes; the sampler's path satisfies the fixing
+        condition.  Symbolic check: none.
+        """
         self.gauge_parameter = parameter
         self.gauge_directions = {out.name: expr for out, expr in directions.items()}
         moved = {self.tangents[out.name].name: expr for out, expr in directions.items()}
@@ -681,7 +745,11 @@ class Derivation:
 
     def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
-        ``diag(dC)``) appears as one bare term and nowhere else."""
+        ``diag(dC)``) appears as one bare term and nowhere else.
+
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        the old residual divided by the coefficient equals the new one.
+        """
         label = label or f"solve for {unknown}"
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if fs == (unknown,)]
@@ -705,7 +773,11 @@ class Derivation:
         ``X = F ∘ R + diag(X)`` with ``F_ij = -1/(c E_ij)`` off the diagonal, ``F_ii = 0``.
 
         ``diag(X)`` is zero for a skew ``X``; otherwise ``diagonal`` gives it
-        (an equation ``diag(X) = ...``)."""
+        (an equation ``diag(X) = ...``).
+
+        Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
+        Symbolic check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
+        """
         label = label or f"solve off the diagonal for {unknown.name}"
         if unknown.name not in self.structure.skew and diagonal is None:
             self._fail(label, f"{unknown.name} is not skew-symmetric: give its diagonal")
@@ -750,7 +822,11 @@ class Derivation:
         return new, F
 
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
-        """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``."""
+        """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``.
+
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        check: the old residual with the solved value inserted equals the new one.
+        """
         label = label or f"substitute {solved.lhs} = {solved.rhs}"
         new = self._eq(eq.lhs.xreplace({solved.lhs: solved.rhs}), eq.rhs.xreplace({solved.lhs: solved.rhs}))
 
@@ -774,7 +850,11 @@ class Derivation:
         """Solve ``c (A W - B W D) + R = 0`` for ``W`` with ``U^T B W = 0``, column by column:
         ``(A - d_i B) w_i = -r_i / c``, i.e. ``W = S(-R/c)`` with the projected shifted solve ``S``
         (``B = None`` for the identity).  The constraint must have been shown before; the step
-        is checked numerically with a bordered dense solve."""
+        is checked numerically with a bordered dense solve.
+
+        Records: a ``solve_shifted`` step.  Numeric check: the solution against a bordered dense
+        solve of every shifted system.  Symbolic check: none (an implicit solve).
+        """
         label = label or f"solve the shifted systems for {W.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
         b_factors = () if B is None else (B,)
@@ -803,7 +883,11 @@ class Derivation:
 
     def isolate(self, eq: Equation, tangent: MatrixSymbol, block, label=None) -> Equation:
         """Move the terms holding ``tangent`` to the left, the rest to the right, and scale so the
-        left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``)."""
+        left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``).
+
+        Records: a ``isolate`` step.  Numeric check: the residual of the new equation.  Symbolic
+        check: the old residual divided by the ratio equals the new one.
+        """
         label = label or f"isolate {block}"
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if any(tangent.name in algebra.free_names(f) for f in fs)]
@@ -823,7 +907,11 @@ class Derivation:
         return new
 
     def add(self, *equations: Equation, label=None) -> Equation:
-        """The sum of equations (e.g. the blocks of a projector decomposition)."""
+        """The sum of equations (e.g. the blocks of a projector decomposition).
+
+        Records: a ``add`` step.  Numeric check: the residual of the sum.  Symbolic check: the sum
+        of the old residuals equals the new one.
+        """
         label = label or "add the equations"
         new = self._eq(sp.MatAdd(*[e.lhs for e in equations]), sp.MatAdd(*[e.rhs for e in equations]))
 
@@ -835,7 +923,11 @@ class Derivation:
         return new
 
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
-        """Two routes arrive at the same equation: their residuals are equal as expressions."""
+        """Two routes arrive at the same equation: their residuals are equal as expressions.
+
+        Records: a ``same`` step.  Numeric check: both equations on every instance.  Symbolic check:
+        the two residuals agree on explicit matrices.
+        """
         label = label or "the two routes give the same equation"
         a = expand(first.lhs - first.rhs, self.structure)
         b = expand(second.lhs - second.rhs, self.structure)
@@ -851,7 +943,12 @@ class Derivation:
         """Declare the JVP: for each output tangent, an equation ``d<out> = expr(primals, d<in>)``.
 
         With ``partial``, only the outputs given get rules (the others are primal values the rules
-        use, differentiated by another derivation)."""
+        use, differentiated by another derivation).
+
+        Records: a ``jvp`` and a ``rewrite`` step per output.  Numeric check: each JVP against the sampler's
+        finite-difference output tangents; its form for code against the derived one.  Symbolic
+        check: the form for code equals the derived one.
+        """
         self.partial_rules = partial
         raw = {}
         allowed = {s.name for s in self.inputs + self.outputs} | {t.name for n, t in self.tangents.items()
@@ -907,7 +1004,12 @@ class Derivation:
 
         With ``lowrank=k``, also write each input cotangent (before the projection) as one
         product ``L R^T`` with ``L``, ``R`` of ``k`` columns: the form sparse and matrix-free inputs
-        need (``gA = sym(L R^T)``, gathered on a sparsity pattern or pushed through a matvec)."""
+        need (``gA = sym(L R^T)``, gathered on a sparsity pattern or pushed through a matvec).
+
+        Records: ``transpose``, ``project`` and ``rewrite`` steps (and ``lowrank``, ``specialize``,
+        ``gauge``).  Numeric check: the dot-product identity ``<g_in, d_in> = Σ <g_out, d_out>``
+        with random cotangents.  Symbolic check: the dot-product identity on explicit matrices.
+        """
         if self.jvp is None:
             self._fail("VJP", "set_jvp must come first")
         in_tangents = {self.tangents[s.name].name for s in self.inputs}

@@ -1,0 +1,229 @@
+"""Readable audit pages: ``adjointgen audit --html DIR``.
+
+One self-contained HTML page per derivation (no scripts, no network, no CDN: equations are MathML,
+which browsers render natively) and an index.  Each page has a summary (steps, passed, instances,
+tolerances), the definition of every pairwise matrix, the final JVP and VJP rules, every step with
+its equation, residual and symbolic verdict, and the derivation's source with a line anchor that
+each step links to.  The layout lives in the templates ``report/audit.html.j2`` and
+``report/index.html.j2`` (a project may override them).
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+import sympy as sp
+from sympy.printing.mathml import MathMLPresentationPrinter
+
+__all__ = ["MathML", "mathml", "write_site"]
+
+
+class MathML(MathMLPresentationPrinter):
+    """SymPy's presentation MathML printer, taught adjointgen's nodes: ``diag``, ``sym``, ``skew``,
+    the projected shifted solve, pairwise matrices, triangular projections; ``^T`` printed as
+    ``^H`` for complex derivations."""
+
+    def __init__(self, complex_: bool = False):
+        super().__init__({"mul_symbol": None})
+        self.complex = complex_
+
+    def _function(self, name, arg):
+        row = self.dom.createElement("mrow")
+        mi = self.dom.createElement("mi")
+        mi.setAttribute("mathvariant", "normal")
+        mi.appendChild(self.dom.createTextNode(name))
+        row.appendChild(mi)
+        fenced = self.dom.createElement("mrow")
+        for text, node in (("(", None), (None, arg), (")", None)):
+            if node is None:
+                mo = self.dom.createElement("mo")
+                mo.appendChild(self.dom.createTextNode(text))
+                fenced.appendChild(mo)
+            else:
+                fenced.appendChild(self._print(node))
+        row.appendChild(fenced)
+        return row
+
+    def _print_DiagPart(self, e):
+        return self._function("diag", e.arg)
+
+    def _print_Sym(self, e):
+        return self._function("sym", e.arg)
+
+    def _print_Skew(self, e):
+        return self._function("skew", e.arg)
+
+    def _print_LowerHalf(self, e):
+        return self._function("Φ", e.arg)
+
+    def _print_StrictlyLower(self, e):
+        return self._function("tril₋", e.arg)
+
+    def _print_DiagFunction(self, e):
+        return self._function(e.label, e.arg)
+
+    def _print_ShiftedSolve(self, e):
+        A, B, U, D = e.operator
+        row = self.dom.createElement("mrow")
+        sub = self.dom.createElement("msub")
+        mi = self.dom.createElement("mi")
+        mi.appendChild(self.dom.createTextNode("S"))
+        sub.appendChild(mi)
+        sub.appendChild(self._print(U))
+        row.appendChild(sub)
+        fenced = self._function("", e.arg)
+        row.appendChild(fenced)
+        return row
+
+    def _print_Identity(self, e):
+        mi = self.dom.createElement("mi")
+        mi.setAttribute("mathvariant", "normal")
+        mi.appendChild(self.dom.createTextNode("I"))
+        return mi
+
+    def _print_ZeroMatrix(self, e):
+        mn = self.dom.createElement("mn")
+        mn.appendChild(self.dom.createTextNode("0"))
+        return mn
+
+    def _print_Transpose(self, e):
+        node = super()._print_Transpose(e)
+        if self.complex:  # the conjugate transpose in complex derivations
+            for mo in node.getElementsByTagName("mo"):
+                if mo.firstChild is not None and mo.firstChild.data == "T":
+                    mo.firstChild.data = "H"
+        return node
+
+
+def mathml(expr, *, complex_: bool = False, display: str = "inline") -> str:
+    """``<math>`` markup of a SymPy expression (or of an equation given as ``(lhs, rhs)``)."""
+    printer = MathML(complex_)
+    if isinstance(expr, tuple):
+        lhs, rhs = expr
+        body = printer._print(lhs).toxml() + "<mo>=</mo>" + printer._print(rhs).toxml()
+    else:
+        body = printer._print(expr).toxml()
+    body = body.replace("&InvisibleTimes;", "&#x2062;")
+    return f'<math display="{display}"><mrow>{body}</mrow></math>'
+
+
+#: what each step kind does, as the pages say it
+KINDS = {
+    "forward": "declared forward", "identity": "identity", "differentiate": "differentiate",
+    "left_multiply": "left-multiply", "right_multiply": "right-multiply", "transpose": "transpose",
+    "substitute": "substitute", "define": "definition", "skew": "structure", "hadamard_split": "Hadamard split",
+    "diagonal_part": "diagonal part", "part": "Hermitian part", "gauge": "gauge", "solve": "solve",
+    "solve_offdiagonal": "solve off the diagonal", "solve_shifted": "projected shifted solve",
+    "isolate": "isolate", "add": "add", "same": "two routes meet", "jvp": "JVP", "rewrite": "rewrite for code",
+    "specialize": "real specialisation", "project": "project", "lowrank": "low-rank factors", "error": "error",
+    "triangular": "triangular projection", "lower_part": "triangular projection",
+}
+
+
+def _verdict(step_kind: str, symbolic: str) -> tuple[str, str]:
+    """(text, css class) of a step's symbolic column."""
+    if symbolic == "verified":
+        return "verified on explicit matrices", "ok"
+    if symbolic.startswith("FAILED"):
+        return symbolic, "fail"
+    if symbolic == "skipped":
+        return "skipped (numeric only)", "na"
+    if step_kind == "define":
+        return "a definition", "na"
+    if step_kind == "identity":
+        return "an identity of the operation (checked numerically)", "na"
+    if step_kind == "forward":
+        return "the declared forward (checked numerically)", "na"
+    if "implicit solve" in symbolic:
+        return "an implicit solve (checked numerically)", "na"
+    return "uses an identity of the decomposition (checked numerically)", "na"
+
+
+@dataclass(frozen=True)
+class _Row:
+    index: int
+    label: str
+    kind: str
+    equation: str
+    residual: str
+    passed: bool
+    verdict: str
+    verdict_class: str
+    line: int | None
+    note: str
+
+
+def _page_data(project, a) -> dict:
+    d, report = a.derivation, a.report
+    complex_ = d.field == "complex"
+    rows = []
+    for step, r in zip(d.steps, report.steps):
+        eq = "" if step.equation is None else mathml((step.equation.lhs, step.equation.rhs), complex_=complex_)
+        text, css = _verdict(r.kind, r.symbolic)
+        rows.append(_Row(r.index, r.label, KINDS.get(r.kind, r.kind), eq,
+                         "" if r.residual is None else f"{r.residual:.1e}", r.passed, text, css, r.line, r.note))
+    pairwise = []
+    for name, p in sorted(d.pairwise.items()):
+        entry = mathml((sp.Symbol(f"{name}_ij"), p.expr))
+        diag = mathml((sp.Symbol(f"{name}_ii"), p.diagonal_value))
+        pairwise.append({"name": name, "entry": entry, "diagonal": diag, "origin": p.origin,
+                         "of": p.diagonal_of, "meaning": p.meaning})
+    rules = []
+    for kind, rule in (("JVP", d.jvp), ("VJP", d.vjp)):
+        if rule is None:
+            continue
+        for out, expr in rule.code.items():
+            rules.append({"kind": kind, "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr), complex_=complex_,
+                                                       display="block")})
+    if d.gauge_rule is not None:
+        for out, expr in d.gauge_rule.code.items():
+            rules.append({"kind": "gauge residual", "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr),
+                                                                   complex_=complex_, display="block")})
+    source = Path(d.path).read_text().splitlines()
+    passed = sum(r.passed for r in report.steps)
+    numeric = [r.residual for r in report.steps if r.residual is not None]
+    return {
+        "name": report.name,
+        "title": report.title,
+        "path": project.relative(Path(d.path)),
+        "references": list(d.references),
+        "field": d.field,
+        "rows": rows,
+        "pairwise": pairwise,
+        "rules": rules,
+        "source": [(i + 1, html.escape(line)) for i, line in enumerate(source)],
+        "summary": {
+            "steps": len(report.steps), "passed": passed, "failed": len(report.steps) - passed,
+            "instances": report.instances,
+            "tolerance": f"{report.steps[0].tolerance:.0e}" if report.steps else "",
+            "worst": f"{max(numeric):.1e}" if numeric else "",
+            "symbolic": sum(r.symbolic == "verified" for r in report.steps),
+        },
+        "passed": report.passed,
+    }
+
+
+def write_site(project, audited: list, out: Path) -> list[Path]:
+    """Write ``<name>.html`` for every audited derivation and ``index.html``; returns the paths."""
+    from ..codegen.generate import _environment, _render_template, _template
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _environment(project)
+    env.autoescape = False
+    page = _template(env, project, "report/audit.html.j2")
+    index = _template(env, project, "report/index.html.j2")
+    written = []
+    pages = []
+    for a in audited:
+        data = _page_data(project, a)
+        path = out / f"{data['name']}.html"
+        path.write_text(_render_template(page, page=data, esc=html.escape))
+        written.append(path)
+        pages.append(data)
+    path = out / "index.html"
+    path.write_text(_render_template(index, pages=pages, project=project.relative(project.root) or ".",
+                                     esc=html.escape))
+    written.append(path)
+    return written
