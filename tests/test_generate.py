@@ -107,3 +107,10 @@ def test_a_corrupted_template_fails_generation_and_writes_nothing(root, tmp_path
     assert "does not reproduce the audited derivation" in r.stderr and "generated/torch/eigh.py" in r.stderr
     assert "nothing was written" in r.stderr
     assert (proj / "generated" / "torch" / "eigh.py").read_text() == before
+
+
+def test_reference_is_in_sync(root):
+    """docs/reference.md is built from the docstrings (`adjointgen reference > docs/reference.md`)."""
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "reference", "--check", str(root / "docs" / "reference.md")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -11,13 +11,106 @@ import warnings
 
 import torch
 
+from .generated.torch import cholesky as _cholesky
 from .generated.torch import eigh as _eigh
 from .generated.torch import eigh_generalized as _eigh_generalized
+from .generated.torch import inv as _inv
+from .generated.torch import qr as _qr
+from .generated.torch import solve as _solve
 from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 
-__all__ = ["eigh", "eigsh", "pinv", "svd", "svds"]
+__all__ = ["cholesky", "eigh", "eigsh", "inv", "pinv", "qr", "solve", "svd", "svds"]
+
+
+def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
+    """Cholesky factor of symmetric positive definite matrices, as :func:`torch.linalg.cholesky`:
+    ``A = L L^T`` with ``L`` lower triangular (``upper=True``: ``U = L^T``, ``A = U^T U``).
+
+    The gradient is the rule derived in ``derivations/cholesky.py``,
+    ``gA = sym(L^-T Φ(L^T gL) L^-1)`` with ``Φ`` the lower triangle with the diagonal halved
+    (reverse and forward mode, ``torch.func`` transforms, higher derivatives; batches
+    ``(..., n, n)``, float32/float64, CPU/CUDA).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf, not symmetric;
+            :class:`adjointgen.NotPositiveDefiniteError` (also a ``torch.linalg.LinAlgError``) when
+            ``A`` is not positive definite, naming the batch index and the leading minor.
+    """
+    L = _cholesky.cholesky(A)
+    return L.mT if upper else L
+
+
+def inv(A: torch.Tensor) -> torch.Tensor:
+    """Matrix inverse, as :func:`torch.linalg.inv`, with the rule derived in ``derivations/inv.py``
+    (``dX = -X dA X``, ``gA = -X^T gX X^T``).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf;
+            :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) for a
+            singular matrix.
+    """
+    return _inv.inv(A)
+
+
+def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tensor:
+    """Solution of ``A X = B`` (``left=False``: ``X A = B``), as :func:`torch.linalg.solve`: ``B`` of
+    shape ``(*, n, k)`` or a batch of vectors ``(*, n)``; batch dimensions broadcast.
+
+    The rule is derived in ``derivations/solve.py`` (``gB = A^-T gX``, ``gA = -gB X^T``); the
+    backward reuses the LU factors of the forward (and solves with ``A`` again only when a graph
+    of the backward is recorded, for higher derivatives).
+
+    Raises:
+        ValueError: shapes that do not agree, NaN/Inf, non-floating dtypes;
+            :class:`adjointgen.SingularMatrixError` for a singular ``A``.
+    """
+    checks.tensor(A, "A")
+    checks.tensor(B, "B")
+    checks.matrix(A, "A", square=True)
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape[-1] == A.shape[-1])
+    if not left:
+        if vector:
+            raise ValueError("solve(left=False) needs B of shape (*, k, n), not a vector")
+        return _solve.solve(A.mT, B.mT).mT
+    if vector:
+        return _solve.solve(A, B.unsqueeze(-1)).squeeze(-1)
+    return _solve.solve(A, B)
+
+
+def qr(A: torch.Tensor, mode: str = "reduced"):
+    """QR factorization, as :func:`torch.linalg.qr` (LAPACK's signs): ``A = Q R``.
+
+    ``mode="reduced"``: ``Q (..., m, k)``, ``R (..., k, n)``, ``k = min(m, n)``; ``"complete"``:
+    ``Q (..., m, m)``; ``"r"``: ``(empty Q, R)``.  The gradient of a tall or square ``A`` is the rule
+    derived in ``derivations/qr.py``; a wide ``A = [X | Y]`` is factored as ``X = Q R_X``,
+    ``R = [R_X | Q^T Y]``, so its gradient flows through the same rule.  With ``mode="r"`` ``R`` is
+    differentiable too.  With ``mode="complete"`` and ``m > n`` the extra columns of ``Q`` are any
+    orthonormal basis of the complement: a backward through them raises (as torch does).
+
+    Raises:
+        ValueError: not a floating matrix, NaN/Inf, an unknown mode.
+    """
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    checks.matrix_input(A, "A")
+    m, n = A.shape[-2:]
+    if m >= n:
+        Q, R = _qr.qr(A)
+    else:
+        Q, R_X = _qr.qr(A[..., :m])
+        R = torch.cat([R_X, Q.mT @ A[..., m:]], dim=-1)
+    if mode == "r":
+        return A.new_empty(0), R
+    if mode == "complete" and m > n:
+        from .runtime.factorizations import complete_q
+
+        Q = complete_q(A, Q)
+        R = torch.cat([R, R.new_zeros(*R.shape[:-2], m - n, n)], dim=-2)  # (m, n), as LAPACK's
+    return Q, R
+
+
 
 
 def eigh(A: torch.Tensor, B: torch.Tensor | None = None):

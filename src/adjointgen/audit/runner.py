@@ -226,6 +226,18 @@ def _symbolic_env(d: Derivation, size: int = 3):
 
     for name in sorted(names):
         r, c = shape_of(name)
+        tri = st.triangle(name)
+        if tri is not None:
+            side, diagonal = tri
+
+            def entry(i, j, name=name, side=side, diagonal=diagonal):
+                if i == j:
+                    return {"unit": sp.Integer(1), "zero": sp.Integer(0)}.get(diagonal, z(name, i, j))
+                keep = i > j if side == "lower" else i < j
+                return z(name, i, j) if keep else sp.Integer(0)
+
+            env[name] = sp.Matrix(r, c, entry)
+            continue
         if name in st.diagonal and name in st.skew:
             m = sp.diag(*[sp.I * sp.Symbol(f"{name}_{i}_im", real=True) if st.complex else 0 for i in range(r)])
         elif name in st.diagonal:

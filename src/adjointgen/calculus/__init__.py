@@ -3,9 +3,10 @@ from sympy.matrices.expressions import HadamardProduct, Identity, Inverse, Matri
 
 from .algebra import DerivationError
 from .derivation import Derivation, Equation
-from .nodes import DiagPart, PairwiseMatrix, Skew, Sym
+from .nodes import DiagPart, LowerHalf, PairwiseMatrix, Skew, StrictlyLower, Sym
 
 __all__ = [
     "Derivation", "DerivationError", "DiagPart", "Equation", "HadamardProduct", "Identity",
-    "Inverse", "MatrixSymbol", "PairwiseMatrix", "Skew", "Sym", "Transpose", "ZeroMatrix",
+    "Inverse", "LowerHalf", "MatrixSymbol", "PairwiseMatrix", "Skew", "StrictlyLower", "Sym", "Transpose",
+    "ZeroMatrix",
 ]

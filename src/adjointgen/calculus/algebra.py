@@ -25,11 +25,11 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Structure, Sym
+from .nodes import DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Structure, Sym
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
-LINEAR_NODES = (DiagPart, Sym, Skew)
+LINEAR_NODES = (DiagPart, Sym, Skew, LowerHalf, StrictlyLower)
 
 
 class DerivationError(Exception):
@@ -120,6 +120,58 @@ def hermiticity(f, structure: Structure) -> int | None:
             if a.name in structure.skew:
                 return -1
     return None
+
+
+def _factor_triangle(f, structure: Structure):
+    """``(side, diagonal)`` of one factor: side ``lower``/``upper``/``diag``, diagonal
+    ``unit``/``zero``/``general``; ``None`` when the factor is not known to be triangular."""
+    if isinstance(f, Identity):
+        return ("diag", "unit")
+    if is_diagonal_factor(f, structure):
+        return ("diag", "general")
+    if isinstance(f, Inverse):
+        t = _factor_triangle(f.arg, structure)
+        return t if t is not None and t[1] != "zero" else None  # the inverse keeps side and unit diagonal
+    if isinstance(f, Transpose) and isinstance(f.arg, MatrixSymbol):
+        t = structure.triangle(f.arg.name)
+        return None if t is None else ({"lower": "upper", "upper": "lower"}[t[0]], t[1])
+    if isinstance(f, MatrixSymbol) and not isinstance(f, PairwiseMatrix):
+        return structure.triangle(f.name)
+    return None
+
+
+def triangle_of(fs, structure: Structure):
+    """``(side, diagonal)`` of a product of triangular factors (lower times lower is lower, its
+    diagonal the product of the diagonals), or ``None``."""
+    if not (structure.lower or structure.upper):
+        return None
+    sides, diags = set(), []
+    for f in fs:
+        t = _factor_triangle(f, structure)
+        if t is None:
+            return None
+        sides.add(t[0])
+        diags.append(t[1])
+    sides.discard("diag")
+    if len(sides) > 1:
+        return None
+    side = sides.pop() if sides else "diag"
+    diag = "zero" if "zero" in diags else ("unit" if all(x == "unit" for x in diags) else "general")
+    return side, diag
+
+
+def _diagonal_of_product(fs, structure: Structure) -> list[Term]:
+    """``diag(F1 ... Fp) = diag(F1) ... diag(Fp)`` for a triangular product (one side)."""
+    parts = []
+    for f in fs:
+        if isinstance(f, Identity) or is_diagonal_factor(f, structure):
+            parts.append([(sp.Integer(1), (f,))])
+        elif isinstance(f, Inverse):
+            parts.append(expand(Inverse(build(_linear_node(DiagPart, expand(f.arg, structure), f.shape, structure),
+                                              f.shape)), structure))
+        else:
+            parts.append(_linear_node(DiagPart, [(sp.Integer(1), (f,))], f.shape, structure))
+    return [(c, _commute_diagonals(g, structure)) for c, g in _product(parts)]
 
 
 def _product_hermiticity(fs, structure: Structure) -> int | None:
@@ -287,6 +339,34 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
     out: list[Term] = []
     for c, fs in inner_terms:
         inner = _monomial(sp.Integer(1), fs)
+        tri = triangle_of(fs, structure) if node_type in (DiagPart, LowerHalf, StrictlyLower) else None
+        if tri is not None and tri[0] != "diag":
+            side, diag = tri
+            if node_type is DiagPart:
+                if diag == "zero":
+                    continue
+                if diag == "unit":
+                    out.append((c, (Identity(shape[0]),)))
+                    continue
+                if len(fs) > 1:
+                    out.extend((c * c2, fs2) for c2, fs2 in _diagonal_of_product(fs, structure))
+                    continue
+            elif node_type is LowerHalf:  # Φ(X) = X - diag(X)/2 (lower X), diag(X)/2 (upper X)
+                if side == "lower":
+                    out.append((c, fs))
+                    out.extend((-c * c2 / 2, fs2) for c2, fs2 in _linear_node(DiagPart, [(sp.Integer(1), fs)], shape, structure))
+                else:
+                    out.extend((c * c2 / 2, fs2) for c2, fs2 in _linear_node(DiagPart, [(sp.Integer(1), fs)], shape, structure))
+                continue
+            else:  # tril₋(X) = X - diag(X) (lower X), 0 (upper X)
+                if side == "lower":
+                    out.append((c, fs))
+                    out.extend((-c * c2, fs2) for c2, fs2 in _linear_node(DiagPart, [(sp.Integer(1), fs)], shape, structure))
+                continue
+        if tri is not None and node_type in (LowerHalf, StrictlyLower):  # a diagonal product
+            if node_type is LowerHalf:
+                out.append((c / 2, fs))
+            continue
         if node_type is DiagPart:
             if len(fs) == 1 and isinstance(fs[0], Transpose) and not structure.complex:
                 fs = (fs[0].arg,)  # diag(X^T) = diag(X)
@@ -604,6 +684,10 @@ def _transpose_atom_linear(atom, tangents, g, structure, contributions):
     if isinstance(atom, Transpose) and isinstance(atom.arg, MatrixSymbol) and atom.arg.name in tangents:
         contributions.setdefault(atom.arg.name, []).append(Transpose(g))
         return
+    if isinstance(atom, Transpose):  # <G, Y^T> = <G^T, Y>
+        for name, parts in transpose_linear(atom.arg, tangents, Transpose(g), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
     if isinstance(atom, ShiftedSolve):  # self-adjoint: <G, S(X)> = <S(G), X>
         for name, parts in transpose_linear(atom.arg, tangents, atom.with_arg(g), structure).items():
             contributions.setdefault(name, []).extend(parts)
@@ -629,7 +713,7 @@ def factor_common(terms: list[Term], shape, structure: Structure):
 
     Greedy: the factor shared by the most terms first; deterministic tie-break by name.
     """
-    terms = merge_hadamard(merge_solves(terms, structure), structure)
+    terms = merge_projections(merge_hadamard(merge_solves(terms, structure), structure), structure)
     if len(terms) <= 1:
         return _factor_inside(build(terms, shape), structure)
     best = None
@@ -774,6 +858,27 @@ def merge_hadamard(terms: list[Term], structure: Structure) -> list[Term]:
         inner = collect([(c * c2, fs2) for c, _, X in items for c2, fs2 in expand(X, structure)])
         inner = _pair_transposes(inner, structure)
         rest.append((sp.Integer(1), (HadamardProduct(items[0][1], build(inner, items[0][2].shape)),)))
+    return rest
+
+
+def merge_projections(terms: list[Term], structure: Structure) -> list[Term]:
+    """``c1 N(X) + c2 N(Y) = N(c1 X + c2 Y)`` for the triangular projections ``N`` (``Φ``,
+    ``tril₋``): one projection of a sum, so generated code makes one pass."""
+    groups: dict[str, list] = {}
+    rest = []
+    for c, fs in terms:
+        if len(fs) == 1 and isinstance(fs[0], (LowerHalf, StrictlyLower)):
+            groups.setdefault(type(fs[0]).__name__, []).append((c, fs[0]))
+        else:
+            rest.append((c, fs))
+    for key in sorted(groups):
+        items = groups[key]
+        if len(items) == 1:
+            rest.append((items[0][0], (items[0][1],)))
+            continue
+        node = type(items[0][1])
+        inner = collect([(c * c2, fs2) for c, n in items for c2, fs2 in expand(n.arg, structure)])
+        rest.append((sp.Integer(1), (node(build(inner, items[0][1].shape)),)))
     return rest
 
 

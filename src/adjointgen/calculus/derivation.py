@@ -32,7 +32,7 @@ from sympy.matrices.expressions import (
 
 from . import algebra
 from .algebra import DerivationError, expand, normalize
-from .nodes import DI, DJ, DiagPart, PairwiseDef, PairwiseMatrix, ShiftedSolve, Structure, Sym
+from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, ShiftedSolve, StrictlyLower, Structure, Sym
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,8 @@ class ForwardSpec:
     options: tuple[tuple[str, object], ...]
     checked: tuple[str, ...]
     line: int | None
+    #: (input name, factorization kind) the torch forward also returns, for the rules to reuse
+    saves: tuple[tuple[str, str], ...] = ()
 
 
 def forward_outputs(d: "Derivation", out, xp) -> dict:
@@ -278,16 +280,18 @@ class Derivation:
         self.tangents[sym.name] = t
         return t
 
-    def input(self, name, rows, cols, *, symmetric=False, positive_definite=False):
+    def input(self, name, rows, cols, *, symmetric=False, positive_definite=False, lower=False, upper=False):
         """Declare an input (a tangent ``d<name>`` is created with the same structure).
 
         ``symmetric`` (Hermitian in a complex derivation): only symmetric perturbations are
         meaningful, the input cotangent is projected with ``sym``, and the generated public
         function checks the symmetry.  ``positive_definite`` implies ``symmetric``; the public
-        function checks it (unless the forward declares that it does, see :meth:`forward`)."""
+        function checks it (unless the forward declares that it does, see :meth:`forward`).
+        ``lower``/``upper``: a triangular input (and tangent)."""
         self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.inputs.append(s)
+        self._triangular(name, lower, upper)
         if symmetric or positive_definite:
             self.structure.symmetric |= {name, "d" + name}
             self.symmetric_inputs.add(name)
@@ -296,18 +300,22 @@ class Derivation:
         self._tangent(s)
         return s
 
-    def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, api=None, public=None,
-               form=None):
+    def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
+               unit_diagonal=False, api=None, public=None, form=None):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
         stored there, and returned by the forward, as the vector of its diagonal.  ``public`` and
         ``form`` describe the value the forward and the public function return when it is not the
         symbol itself: ``form="adjoint"`` for the conjugate transpose (``public="Vh"`` for ``V``,
-        as ``torch.linalg.svd`` returns it)."""
+        as ``torch.linalg.svd`` returns it).
+
+        ``lower``/``upper``: a triangular output (its tangent is triangular too);
+        ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular."""
         self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.outputs.append(s)
+        self._triangular(name, lower, upper, unit_diagonal)
         if diagonal:
             self.structure.diagonal |= {name, "d" + name, "g" + name}
         if orthonormal:
@@ -320,6 +328,18 @@ class Derivation:
         self._tangent(s)
         return s
 
+    def _triangular(self, name, lower, upper, unit_diagonal=False):
+        if lower and upper:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: {name} cannot be lower and upper triangular "
+                                  "(declare it diagonal)")
+        if unit_diagonal and not (lower or upper):
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: unit_diagonal needs lower=True or upper=True")
+        if lower or upper:
+            (self.structure.lower if lower else self.structure.upper).update({name, "d" + name})
+            if unit_diagonal:
+                self.structure.unit.add(name)
+                self.structure.strict.add("d" + name)
+
     def _check_name(self, name):
         if not isinstance(name, str) or not name.isidentifier():
             raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol name {name!r} is not an identifier")
@@ -327,7 +347,8 @@ class Derivation:
         if name in taken:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol {name!r} is declared twice")
 
-    def forward(self, *, torch=None, numpy=None, options=None, checked=(), label="the forward computation"):
+    def forward(self, *, torch=None, numpy=None, options=None, checked=(), saves=None,
+                label="the forward computation"):
         """Declare the forward computation: what computes the outputs from the inputs.
 
         Args:
@@ -343,6 +364,12 @@ class Derivation:
                 keyword arguments of the generated public function (``{"atol": None}``).
             checked: input properties the forward verifies itself, raising ``ValueError``, so the
                 generated public function does not check them twice (``"positive_definite"``).
+            saves: factorizations of inputs that the torch forward computes anyway and returns
+                after the outputs, ``{"A": "lu"}``: then it returns ``(*outputs, LU, pivots)``
+                (as ``torch.linalg.lu_factor``), and every ``A^-1``/``A^-T`` in the rules becomes
+                an LU solve with them in a first-order backward (a solve with ``A`` itself when a
+                graph is recorded, so higher derivatives stay exact).  The NumPy forward returns
+                the outputs only.
 
         Both forwards take the inputs in declaration order and return the outputs in the order of
         :meth:`api_outputs` (one output: the value itself), diagonal outputs as the vector of
@@ -365,7 +392,11 @@ class Derivation:
         bad = sorted(set(checked) - known)
         if bad:
             raise DerivationError(f"{where}: checked= accepts {sorted(known)}, not {bad}")
-        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line)
+        saved = tuple(sorted((saves or {}).items()))
+        for name, kind in saved:
+            if name not in {s.name for s in self.inputs} or kind != "lu":
+                raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
+        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
         check = _forward_check(self) if refs["numpy"] is not None else None
         self._record("forward", label, None, check=check,
                      note="the outputs of the declared NumPy forward satisfy every identity"
@@ -562,13 +593,15 @@ class Derivation:
                      note=f"by {identity.lhs} = {identity.rhs}")
         return new
 
-    def introduce(self, name: str, definition, *, skew_by: Equation | None = None,
-                  label=None) -> MatrixSymbol:
+    def introduce(self, name: str, definition, *, skew_by: Equation | None = None, lower: bool = False,
+                  upper: bool = False, label=None) -> MatrixSymbol:
         """Name a sub-expression: ``name := definition``.
 
         With ``skew_by`` (the differentiated orthonormality identity, ``dU^T U + U^T dU = 0``),
         the new symbol is declared skew-symmetric after the engine shows that substituting the
-        definition into ``skew_by`` gives ``X + X^T = 0``.
+        definition into ``skew_by`` gives ``X + X^T = 0``.  With ``lower`` (``upper``), it is declared
+        lower (upper) triangular after the engine shows that the definition is a product of lower
+        (upper) triangular factors (``L^-1 dL``); its diagonal is zero or one when the factors' are.
 
         Records: a ``define`` step (and a ``skew`` step).  Numeric check: the definition on every
         instance (and the skew-symmetry).  Symbolic check: none (a definition).
@@ -578,6 +611,20 @@ class Derivation:
         self.introduced.append((sym, definition))
         self._record("define", label, Equation(sym, self._norm(definition)),
                      check=_equation_check(Equation(sym, self._norm(definition))))
+        if lower or upper:
+            side = "lower" if lower else "upper"
+            terms = expand(definition, self.structure)
+            tri = algebra.triangle_of(terms[0][1], self.structure) if len(terms) == 1 else None
+            if tri is None or tri[0] != side:
+                self._fail(label, f"{definition} is not a product of {side} triangular factors")
+            (self.structure.lower if lower else self.structure.upper).add(name)
+            if tri[1] == "unit":
+                self.structure.unit.add(name)
+            elif tri[1] == "zero":
+                self.structure.strict.add(name)
+            eq = Equation(StrictlyLower(Transpose(sym)) if lower else StrictlyLower(sym), ZeroMatrix(*sym.shape))
+            self._record("triangular", f"{name} is {side} triangular: a product of {side} triangular factors", eq,
+                         check=_equation_check(eq), note="the part on the other side of the diagonal vanishes")
         if skew_by is not None:
             res = skew_by.residual_expr
             res, n = algebra.substitute_product(res, definition, sym, self.structure)
@@ -674,6 +721,62 @@ class Derivation:
             return _SYMPY_DIAG(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
 
         self._record("diagonal_part", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def lower_half(self, eq: Equation, label="lower half: apply Φ") -> Equation:
+        """``Φ(lhs) = Φ(rhs)``, ``Φ`` the lower triangle with the diagonal halved: for a lower
+        triangular ``X``, ``Φ(X + X^T) = X`` (the Cholesky step ``Φ(L^-1 dA L^-T) = dC``).
+
+        Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: ``Φ`` of the old residual equals the new one on explicit matrices.
+        """
+        return self._projection(eq, LowerHalf, label)
+
+    def strictly_lower_part(self, eq: Equation, label="strictly lower part") -> Equation:
+        """``tril₋(lhs) = tril₋(rhs)``: upper triangular terms (``dR R^-1``) vanish, a skew
+        ``X`` keeps ``tril₋(X)`` (the QR step).
+
+        Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: ``tril₋`` of the old residual equals the new one on explicit matrices.
+        """
+        return self._projection(eq, StrictlyLower, label)
+
+    def _projection(self, eq, node, label):
+        new = self._eq(node(eq.lhs), node(eq.rhs))
+        method = "lower_half" if node is LowerHalf else "strictly_lower"
+
+        def symbolic(env, old=eq, new=new):
+            from .evaluate import SYMPY
+
+            return getattr(SYMPY, method)(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
+
+        self._record("triangular", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
+
+    def skew_from_lower(self, eq: Equation, unknown: MatrixSymbol, label=None) -> Equation:
+        """From ``tril₋(X) = R`` for a real skew-symmetric ``X`` (zero diagonal): ``X = R - R^T``.
+
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        for an explicit skew ``X``, the new residual is the old one minus its transpose.
+        """
+        label = label or f"solve for the skew {unknown.name} from its strictly lower part"
+        if unknown.name not in self.structure.skew or self.structure.complex:
+            self._fail(label, f"{unknown.name} must be a real skew-symmetric symbol")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        mine = [(c, fs) for c, fs in res if fs == (StrictlyLower(unknown),)]
+        others = [(c, fs) for c, fs in res if fs != (StrictlyLower(unknown),)]
+        if len(mine) != 1 or any(unknown.name in algebra.free_names(f) for _, fs in others for f in fs):
+            self._fail(label, f"tril₋({unknown.name}) does not appear as a single bare term in {eq}")
+        c = mine[0][0]
+        R = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
+        new = Equation(unknown, self._norm(R - Transpose(R)))
+
+        def symbolic(env, old=eq, new=new, c=c):
+            r = _explicit(old.residual_expr, env) / c
+            return (r - r.T) - _explicit(new.residual_expr, env)
+
+        self._record("solve", label, new, check=_equation_check(new), symbolic=symbolic,
+                     note=f"a skew {unknown.name} is tril₋({unknown.name}) - tril₋({unknown.name})^T")
         return new
 
     def hermitian_part(self, eq: Equation, label="Hermitian part") -> Equation:
@@ -1012,6 +1115,7 @@ class Derivation:
         """
         if self.jvp is None:
             self._fail("VJP", "set_jvp must come first")
+        self._adjoint_steps()
         in_tangents = {self.tangents[s.name].name for s in self.inputs}
         contrib: dict[str, list] = {}
         for out in self.rule_outputs:
@@ -1050,6 +1154,18 @@ class Derivation:
         self.real_vjp = self._specialize("VJP", raw)
         if self.gauge_parameter is not None:
             self._gauge_residual()
+
+    def _adjoint_steps(self):
+        """The transposition treats the projections ``diag``, ``sym``, ``skew``, ``Φ``, ``tril₋`` as
+        self-adjoint under ``<X, Y> = Re tr(X^H Y)``; show it for each one the JVP uses, numerically
+        on random matrices and symbolically on explicit 3×3 ones, rather than assume it."""
+        used = sorted({type(a).__name__: type(a) for e in self.jvp.raw.values()
+                       for a in sp.preorder_traversal(e) if isinstance(a, algebra.LINEAR_NODES)}.items())
+        for name, node in used:
+            self._record("adjoint", f"{node._label} is self-adjoint: <G, {node._label}(X)> = <{node._label}(G), X>",
+                         None, check=_adjoint_check(node, self.structure.complex),
+                         symbolic=_adjoint_symbolic(node, self.structure.complex),
+                         note="the transposition rule the VJP uses for this projection")
 
     def _gauge_residual(self):
         """``R`` with ``<R, Θ> = Σ <g_out, direction_out(Θ)>`` for all ``Θ`` of the parameter's
@@ -1205,6 +1321,40 @@ def _dot_product_symbolic(d: Derivation, name: str, gexpr):
             rhs = (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
             residuals.append(_real_part(lhs - rhs))
         return sp.Matrix([residuals])
+
+    return symbolic
+
+
+def _adjoint_check(node, complex_: bool):
+    import numpy as np
+
+    from .evaluate import evaluate
+
+    def check(ctx):
+        rng = np.random.default_rng(len(ctx.env))
+        n = 5
+        G, X = rng.standard_normal((2, n, n))
+        if complex_:
+            G, X = G + 1j * rng.standard_normal((n, n)), X + 1j * rng.standard_normal((n, n))
+        g, x = MatrixSymbol("G", n, n), MatrixSymbol("X", n, n)
+        env = {"G": G, "X": X}
+        lhs = float(np.real(np.vdot(G, evaluate(node(x), env, {}))))
+        rhs = float(np.real(np.vdot(evaluate(node(g), env, {}), X)))
+        return abs(lhs - rhs), abs(lhs) + abs(rhs)
+
+    return check
+
+
+def _adjoint_symbolic(node, complex_: bool):
+    def symbolic(env):
+        n = 3
+        kind = {"complex": True} if complex_ else {"real": True}
+        G = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"g{i}{j}", **kind))
+        X = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"x{i}{j}", **kind))
+        g, x = MatrixSymbol("G", n, n), MatrixSymbol("X", n, n)
+        lhs = (G.H * _explicit(node(x), {"X": X})).trace()
+        rhs = (_explicit(node(g), {"G": G}).H * X).trace()
+        return sp.Matrix([[_real_part(lhs - rhs)]])
 
     return symbolic
 

@@ -20,7 +20,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DI, DJ, DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Sym
+from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
 
 
 class NotExplicit(Exception):
@@ -59,6 +59,14 @@ class _Numpy:
     @staticmethod
     def diagonal(a):
         return np.diag(a).copy()
+
+    @staticmethod
+    def lower_half(a):
+        return np.tril(a, -1) + 0.5 * np.diag(np.diag(a))
+
+    @staticmethod
+    def strictly_lower(a):
+        return np.tril(a, -1)
 
     @staticmethod
     def shifted_solve(X, A, B, U, d):
@@ -114,6 +122,14 @@ class _Sympy:
     @staticmethod
     def diagonal(a):
         return [a[i, i] for i in range(a.rows)]
+
+    @staticmethod
+    def lower_half(a):
+        return sp.Matrix(a.rows, a.cols, lambda i, j: a[i, j] if i > j else (a[i, j] / 2 if i == j else 0))
+
+    @staticmethod
+    def strictly_lower(a):
+        return sp.Matrix(a.rows, a.cols, lambda i, j: a[i, j] if i > j else 0)
 
     @staticmethod
     def shifted_solve(X, A, B, U, d):
@@ -201,6 +217,10 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
         if isinstance(e, ShiftedSolve):
             A, B, U, D = e.operator
             return arith.shifted_solve(ev(e.arg), ev(A), ev(B), ev(U), arith.diagonal(ev(D)))
+        if isinstance(e, LowerHalf):
+            return arith.lower_half(ev(e.arg))
+        if isinstance(e, StrictlyLower):
+            return arith.strictly_lower(ev(e.arg))
         if isinstance(e, Sym):
             x = ev(e.arg)
             return (x + arith.T(x)) / 2

@@ -22,6 +22,8 @@ from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 __all__ = [
     "ShiftedSolve",
     "DiagPart",
+    "LowerHalf",
+    "StrictlyLower",
     "Sym",
     "Skew",
     "PairwiseMatrix",
@@ -88,6 +90,27 @@ class Skew(_UnaryMatrixNode):
 
     def _eval_transpose(self):
         return -self
+
+
+class LowerHalf(_UnaryMatrixNode):
+    """``Φ(X)``: the lower triangle of ``X`` with its diagonal halved.
+
+    For a lower-triangular ``X``, ``Φ(X + X^T) = X`` (real): the projection that solves the
+    differentiated Cholesky identity ``L^-1 dA L^-T = dC + dC^T`` for the lower-triangular ``dC``.
+    Self-adjoint under ``<X, Y> = Re tr(X^H Y)``; the engine verifies it on explicit matrices
+    wherever a rule is transposed through it."""
+
+    _label = "Φ"
+
+
+class StrictlyLower(_UnaryMatrixNode):
+    """``tril₋(X)``: the strictly lower triangle of ``X`` (diagonal and upper part zeroed).
+
+    A real skew-symmetric ``X`` is ``tril₋(X) - tril₋(X)^T``; the projection that separates the
+    skew ``Q^T dQ`` from the upper-triangular ``dR R^-1`` in the QR derivation.  Self-adjoint under
+    ``<X, Y> = Re tr(X^H Y)`` (verified on explicit matrices where a rule is transposed)."""
+
+    _label = "tril₋"
 
 
 class ShiftedSolve(MatrixExpr):
@@ -205,13 +228,27 @@ class Structure:
     #: name -> name of the matrix M with ``X^T M X = I`` (``None`` for ``M = I``)
     orthonormal: dict[str, str | None] = field(default_factory=dict)
     complex: bool = False
+    #: lower / upper triangular symbols; ``unit``: unit diagonal, ``strict``: zero diagonal
+    lower: set[str] = field(default_factory=set)
+    upper: set[str] = field(default_factory=set)
+    unit: set[str] = field(default_factory=set)
+    strict: set[str] = field(default_factory=set)
 
     def is_symmetric(self, name: str) -> bool:
         return (name in self.symmetric or name in self.diagonal) and name not in self.skew
 
     def real(self) -> "Structure":
         """The same declarations for real matrices (the specialisation of a complex rule)."""
-        return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False)
+        return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False,
+                         set(self.lower), set(self.upper), set(self.unit), set(self.strict))
+
+    def triangle(self, name: str) -> tuple[str, str] | None:
+        """``(side, diagonal)`` of a triangular symbol: side ``lower``/``upper``, diagonal
+        ``unit``/``zero``/``general``; ``None`` if the symbol is not declared triangular."""
+        side = "lower" if name in self.lower else ("upper" if name in self.upper else None)
+        if side is None:
+            return None
+        return side, ("unit" if name in self.unit else ("zero" if name in self.strict else "general"))
 
     def describe(self, name: str) -> list[str]:
         props = []
@@ -221,6 +258,10 @@ class Structure:
             props.append("symmetric")
         if name in self.skew:
             props.append("skew-symmetric")
+        tri = self.triangle(name)
+        if tri is not None:
+            side, diag = tri
+            props.append({"unit": f"unit {side} triangular", "zero": f"strictly {side} triangular"}.get(diag, f"{side} triangular"))
         if name in self.orthonormal:
             m = self.orthonormal[name]
             props.append("orthonormal columns" if m is None else f"{m}-orthonormal columns")

@@ -32,8 +32,12 @@ OPS = {
     "diag_sym": "the real part of the diagonal of a (diag(sym(a)) of a complex matrix), as a real vector",
     "diag_skew": "i times the imaginary part of the diagonal of a (diag(skew(a))), as a vector",
     "add_eye": "a + coeff * I",
+    "lower_half": "Φ(a): the lower triangle of a with its diagonal halved",
+    "strictly_lower": "the strictly lower triangle of a",
     "solve": "a^-1 b (structure: lower/upper triangular or general)",
     "solve_right": "a b^-1 (structure of b: lower/upper triangular or general)",
+    "solve_lu": "A^-1 b (A^-H b with adjoint) through the LU factors the forward saved (or A itself)",
+    "solve_right_lu": "a A^-1 (a A^-H with adjoint) through the saved LU factors (or A itself)",
     "inverse": "a^-1 on its own (structure: lower/upper triangular or general)",
 }
 
@@ -99,6 +103,17 @@ class RuleIR:
     complex: bool = False
 
     @property
+    def signature(self) -> str:
+        """The parameter list; the factorizations a forward saves are optional (``None``: solve with
+        the matrix itself)."""
+        return ", ".join(p.name + ("=None" if p.role == "factor" else "") for p in self.params)
+
+    @property
+    def arguments(self) -> str:
+        """The call of the rule from the autograd function (factorizations passed by keyword)."""
+        return ", ".join(f"{p.name}={p.name}" if p.role == "factor" else p.name for p in self.params)
+
+    @property
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for v in self.values:
@@ -155,6 +170,12 @@ class PublicIR:
     dims: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
     complex: bool  # complex dtypes are accepted (a complex derivation)
     checked_by_forward: tuple[str, ...]
+    #: ((LU, pivots) parameter names): what the torch forward returns after the outputs
+    saved_factors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def factor_names(self) -> tuple[str, ...]:
+        return tuple(n for pair in self.saved_factors for n in pair)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -166,8 +187,8 @@ class PublicIR:
 
     @property
     def saved(self) -> tuple[str, ...]:
-        """What the autograd function saves: the inputs, then the outputs as returned."""
-        return self.input_names + tuple(o.public for o in self.outputs)
+        """What the autograd function saves: the inputs, the outputs as returned, the factors."""
+        return self.input_names + tuple(o.public for o in self.outputs) + self.factor_names
 
     @property
     def returns_doc(self) -> str:
@@ -221,6 +242,10 @@ class OperationIR:
     def rules(self) -> tuple[RuleIR, ...]:
         extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, self.gauge, self.vjp_complex_checked)
         return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None)
+
+    @property
+    def uses_lu_solve(self) -> bool:
+        return any(v.op in ("solve_lu", "solve_right_lu") for r in self.rules for v in r.values)
 
     @property
     def uses_shifted_solve(self) -> bool:

@@ -23,7 +23,7 @@ from sympy.matrices.expressions import (
 from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
-from ..calculus.nodes import DI, DJ, DiagPart, PairwiseMatrix, ShiftedSolve, Skew, Sym
+from ..calculus.nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
 from .ir import ForwardIR, InputIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR, RuleIR, Value
 
 #: sizes used only to choose the order of matrix chains
@@ -37,18 +37,22 @@ class LoweringError(Exception):
 class _Inverse:
     """A factor ``M^-1`` of a product, kept unevaluated: the product applies it by a solve."""
 
-    def __init__(self, value: str, structure: str):
-        self.value = value  # the value holding M
-        self.structure = structure  # "lower", "upper" (triangular solves) or "general"
+    def __init__(self, value: str, structure: str, factor: tuple[str, str] | None = None, adjoint: bool = False):
+        self.value = value  # the value holding M (for a saved factorization: A itself)
+        self.structure = structure  # "lower", "upper", "unit_lower", ... (triangular solves) or "general"
+        self.factor = factor  # (LU, pivots) parameter names of a factorization of A the forward saved
+        self.adjoint = adjoint  # M = A^T (A^H): solve with the adjoint of the factorization
 
 
 class _Builder:
     def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str],
-                 structure=None):
+                 structure=None, factorized: dict | None = None):
         self.params = params  # symbol name -> Param
         self.pairwise_names = pairwise_names  # pairwise symbol -> function name
         self.vector_of = vector_of  # pairwise symbol -> param name of its diagonal vector
         self.structure = structure  # the derivation's declared structure (triangular factors)
+        self.factorized = factorized or {}  # input symbol -> (LU, pivots) parameter names
+        self.factors_used: set[str] = set()
         self.values: list[Value] = []
         self.by_key: dict[tuple, str] = {}
 
@@ -57,13 +61,14 @@ class _Builder:
         st = self.structure
         if st is None:
             return "general"
-        lower, upper = getattr(st, "lower", set()), getattr(st, "upper", set())
-        if isinstance(e, MatrixSymbol):
-            return "lower" if e.name in lower else ("upper" if e.name in upper else "general")
-        if isinstance(e, Transpose) and isinstance(e.arg, MatrixSymbol):
-            name = e.arg.name
-            return "upper" if name in lower else ("lower" if name in upper else "general")
-        return "general"
+        flip = isinstance(e, Transpose)
+        sym = e.arg if flip else e
+        if not isinstance(sym, MatrixSymbol) or st.triangle(sym.name) is None:
+            return "general"
+        side, diagonal = st.triangle(sym.name)
+        if flip:
+            side = {"lower": "upper", "upper": "lower"}[side]
+        return ("unit_" if diagonal == "unit" else "") + side
 
     def emit(self, op, args, kind, attrs=()):
         key = (op, tuple(args), kind, tuple(attrs))
@@ -140,6 +145,10 @@ class _Builder:
         if isinstance(e, DiagPart):
             inner = self.lower(e.arg)
             return inner if self.kind(inner) == "diag" else self.emit("diagonal", [inner], "diag")
+        if isinstance(e, LowerHalf):
+            return self.emit("lower_half", [self.lower(e.arg)], "matrix")
+        if isinstance(e, StrictlyLower):
+            return self.emit("strictly_lower", [self.lower(e.arg)], "matrix")
         if isinstance(e, Skew):
             return self.emit("skew", [self.lower(e.arg)], "matrix")
         if isinstance(e, Sym):
@@ -178,6 +187,13 @@ class _Builder:
     def mul2(self, a, b):
         if isinstance(a, _Inverse) and isinstance(b, _Inverse):
             raise LoweringError("a product of two inverses should have been ordered around another factor")
+        for inv in (a, b):
+            if isinstance(inv, _Inverse) and inv.factor is not None:
+                self.factors_used.add(inv.value)
+        if isinstance(a, _Inverse) and a.factor is not None:  # A^-1 b through the saved LU factors
+            return self.emit("solve_lu", [a.value, *a.factor, b], "matrix", [("adjoint", str(a.adjoint))])
+        if isinstance(b, _Inverse) and b.factor is not None:  # a A^-1 = (A^-H a^H)^H
+            return self.emit("solve_right_lu", [a, b.value, *b.factor], "matrix", [("adjoint", str(b.adjoint))])
         if isinstance(a, _Inverse):  # M^-1 b: a solve
             return self.emit("solve", [a.value, b], "matrix", [("structure", a.structure)])
         if isinstance(b, _Inverse):  # a M^-1: a solve from the right
@@ -194,6 +210,11 @@ class _Builder:
     def operand(self, m):
         """A factor of a product: its value, or an unevaluated inverse applied later by a solve."""
         if isinstance(m, Inverse) or (isinstance(m, sp.MatPow) and m.args[1] == -1):
+            base = m.args[0]
+            flip = isinstance(base, Transpose)
+            sym = base.arg if flip else base
+            if isinstance(sym, MatrixSymbol) and sym.name in self.factorized:
+                return _Inverse(self.lower(sym), "lu", self.factorized[sym.name], adjoint=flip)
             inner = self.lower(m.args[0])
             if self.kind(inner) != "diag":
                 return _Inverse(inner, self.triangle(m.args[0]))
@@ -315,6 +336,8 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         return "diag" if sym_name in d.structure.diagonal else "matrix"
 
     primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
+    saves = d.forward_spec.saves if d.forward_spec is not None else ()
+    factorized = {sym: (f"{api.get(sym, sym)}_LU", f"{api.get(sym, sym)}_pivots") for sym, kind in saves}
     factor_exprs = [e for pair in getattr(d, "vjp_factors", {}).values() for e in pair]
     real_jvp = d.real_jvp or d.jvp  # a complex derivation's rules read on real data
     real_vjp = d.real_vjp or d.vjp
@@ -330,16 +353,19 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
-        b = _Builder(params, pw_names, vector_of, d.structure)
+        b = _Builder(params, pw_names, vector_of, d.structure, factorized)
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):
             v = b.lower(exprs[key])
             outs.append((out_names[key], v, b.kind(v)))
+        factor_params = tuple(Param(name, sym, kind, "factor") for sym, names in sorted(factorized.items())
+                              if params.get(sym) is not None and params[sym].name in b.factors_used
+                              for name, kind in zip(names, ("lu", "pivots")))
         return RuleIR(
             name=f"{d.name}_{kind_}{suffix}",
             kind=kind_,
-            params=tuple(params.values()),
+            params=tuple(params.values()) + factor_params,
             outputs=tuple(outs),
             values=tuple(b.values),
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
@@ -468,4 +494,5 @@ def _public(d: Derivation, api: dict, outputs_sorted) -> PublicIR | None:
         dims=dims,
         complex=d.field == "complex",
         checked_by_forward=spec.checked,
+        saved_factors=tuple((f"{api.get(sym, sym)}_LU", f"{api.get(sym, sym)}_pivots") for sym, _ in spec.saves),
     )

@@ -33,3 +33,49 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
 def svd(A):
     """Thin SVD ``A = U diag(S) Vh``, as ``torch.linalg.svd(A, full_matrices=False)``."""
     return torch.linalg.svd(A, full_matrices=False)
+
+
+def cholesky(A):
+    """``L`` with ``A = L L^H``, lower triangular, as ``torch.linalg.cholesky``; raises
+    :class:`NotPositiveDefiniteError` (a ``ValueError`` and a ``torch.linalg.LinAlgError``) naming
+    the leading minor that fails."""
+    L, info = torch.linalg.cholesky_ex(A)
+    if not _is_traced(info) and bool((info != 0).any()):
+        bad = (info != 0).nonzero()[0].tolist()
+        where = f" (batch index {tuple(bad)})" if bad else ""
+        minor = int(info[tuple(bad)]) if bad else int(info)
+        raise NotPositiveDefiniteError(f"A is not positive definite{where}: its leading minor of order {minor} "
+                                       "is not positive")
+    return L
+
+
+def _raise_singular(info, what: str):
+    if not _is_traced(info) and bool((info != 0).any()):
+        from .checks import SingularMatrixError
+
+        bad = (info != 0).nonzero()[0].tolist()
+        where = f" (batch index {tuple(bad)})" if bad else ""
+        pivot = int(info[tuple(bad)]) if bad else int(info)
+        raise SingularMatrixError(f"{what}: A is singular{where}: pivot {pivot} of its LU factorization is zero")
+
+
+def inv(A):
+    """``A^-1`` as ``torch.linalg.inv``; raises :class:`SingularMatrixError` (a ``ValueError`` and
+    a ``torch.linalg.LinAlgError``) for a singular ``A``."""
+    X, info = torch.linalg.inv_ex(A)
+    _raise_singular(info, "inv")
+    return X
+
+
+def solve(A, B):
+    """``(X, LU, pivots)``: ``X = A^-1 B`` as ``torch.linalg.solve`` (B a matrix) and the LU factors
+    of ``A`` it used, which the backward reuses; raises :class:`SingularMatrixError`."""
+    LU, pivots, info = torch.linalg.lu_factor_ex(A)
+    _raise_singular(info, "solve")
+    return torch.linalg.lu_solve(LU, pivots, B), LU, pivots
+
+
+def qr(A):
+    """Reduced QR ``(Q, R)`` of a tall or square ``A``, as ``torch.linalg.qr(A)`` (LAPACK's signs)."""
+    Q, R = torch.linalg.qr(A, mode="reduced")
+    return Q, R

@@ -38,7 +38,7 @@ def add_diag_(xp, X, d):
     X[..., idx, idx] += d
 
 
-def solve_triangular(xp, M, B, lower: bool):
+def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
     """``M^-1 B`` for triangular ``M`` (batched): SciPy's (NumPy) or cupyx's (CuPy) triangular
     solve, one matrix of the batch at a time."""
     if is_cupy(xp):
@@ -50,8 +50,18 @@ def solve_triangular(xp, M, B, lower: bool):
     Bb = xp.broadcast_to(B, batch + B.shape[-2:]).reshape((-1,) + B.shape[-2:])
     out = xp.empty(Bb.shape, dtype=xp.result_type(M.dtype, B.dtype))
     for i in range(Mb.shape[0]):
-        out[i] = solve(Mb[i], Bb[i], lower=lower)
+        out[i] = solve(Mb[i], Bb[i], lower=lower, unit_diagonal=unit)
     return out.reshape(batch + B.shape[-2:])
+
+
+def lu_solve(xp, A, LU, pivots, B, adjoint: bool = False, left: bool = True):
+    """``op(A)^-1 B`` or ``B op(A)^-1`` (``op(A) = A^H`` with ``adjoint``) for NumPy/CuPy arrays.  The
+    NumPy/CuPy rules receive no factorization (``LU = None``) and solve with ``A``."""
+    M = xp.conj(xp.swapaxes(A, -1, -2)) if adjoint else A
+    if left:
+        return xp.linalg.solve(M, B)
+    # B M^-1 = (M^T^-1 B^T)^T
+    return xp.swapaxes(xp.linalg.solve(xp.swapaxes(M, -1, -2), xp.swapaxes(B, -1, -2)), -1, -2)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,181 @@
+"""Cholesky, QR, inverse and solve: drop-ins for their torch.linalg namesakes, with the rules the
+engine derived through the triangular projections (derivations/cholesky.py, qr.py, inv.py, solve.py)."""
+import pytest
+import torch
+
+import adjointgen
+import adjointgen.torch as agt
+
+D = torch.float64
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def spd(*batch_n, seed=0, dtype=D):
+    """``spd(*batch, n)``: SPD matrices ``(*batch, n, n)``."""
+    n = batch_n[-1]
+    X = torch.randn(*batch_n, n, dtype=D, generator=gen(seed))
+    return (X @ X.mT / n + torch.eye(n, dtype=D)).to(dtype)
+
+
+def general(*batch_n, seed=0, dtype=D):
+    """``general(*batch, n)``: well-conditioned square matrices ``(*batch, n, n)``."""
+    n = batch_n[-1]
+    return (torch.randn(*batch_n, n, dtype=D, generator=gen(seed)) + 2 * n ** 0.5 * torch.eye(n, dtype=D)).to(dtype)
+
+
+def sym(X):
+    return 0.5 * (X + X.mT)
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def grads(f, inputs, cotangents):
+    inputs = [x.detach().clone().requires_grad_() for x in inputs]
+    out = f(*inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    return torch.autograd.grad(out, inputs, cotangents)
+
+
+# ------------------------------------------------------------------------------ agreement with torch
+CASES = [
+    ("cholesky", agt.cholesky, torch.linalg.cholesky, lambda: (spd(5, seed=1),)),
+    ("cholesky batched", agt.cholesky, torch.linalg.cholesky, lambda: (spd(3, 4, seed=2),)),
+    ("cholesky upper", lambda A: agt.cholesky(A, upper=True), lambda A: torch.linalg.cholesky(A, upper=True),
+     lambda: (spd(4, seed=3),)),
+    ("qr tall", agt.qr, torch.linalg.qr, lambda: (torch.randn(7, 3, dtype=D, generator=gen(4)),)),
+    ("qr square batched", agt.qr, torch.linalg.qr, lambda: (torch.randn(2, 4, 4, dtype=D, generator=gen(5)),)),
+    ("qr wide", agt.qr, torch.linalg.qr, lambda: (torch.randn(3, 6, dtype=D, generator=gen(6)),)),
+    ("qr r", lambda A: agt.qr(A, "r")[1], lambda A: torch.linalg.qr(A)[1], lambda: (torch.randn(6, 4, dtype=D, generator=gen(7)),)),
+    ("inv", agt.inv, torch.linalg.inv, lambda: (general(5, seed=8),)),
+    ("inv batched", agt.inv, torch.linalg.inv, lambda: (general(2, 3, 4, seed=9),)),
+    ("solve", agt.solve, torch.linalg.solve, lambda: (general(5, seed=10), torch.randn(5, 3, dtype=D, generator=gen(11)))),
+    ("solve vector", agt.solve, torch.linalg.solve, lambda: (general(4, seed=12), torch.randn(4, dtype=D, generator=gen(13)))),
+    ("solve broadcast", agt.solve, torch.linalg.solve,
+     lambda: (general(2, 1, 4, seed=14), torch.randn(3, 4, 2, dtype=D, generator=gen(15)))),
+    ("solve left=False", lambda A, B: agt.solve(A, B, left=False), lambda A, B: torch.linalg.solve(A, B, left=False),
+     lambda: (general(4, seed=16), torch.randn(3, 4, dtype=D, generator=gen(17)))),
+]
+
+
+@pytest.mark.parametrize("name, ours, theirs, make", CASES, ids=[c[0] for c in CASES])
+def test_values_and_gradients_match_torch(name, ours, theirs, make):
+    inputs = make()
+    if name.startswith("cholesky"):
+        f_ours, f_theirs = (lambda A: ours(sym(A))), (lambda A: theirs(sym(A)))  # symmetric directions
+    else:
+        f_ours, f_theirs = ours, theirs
+    a, b = f_ours(*inputs), f_theirs(*inputs)
+    a, b = (a if isinstance(a, tuple) else (a,)), (b if isinstance(b, tuple) else (b,))
+    assert all(x.shape == y.shape and rel(x, y) < 1e-12 for x, y in zip(a, b))
+    cot = tuple(torch.randn(y.shape, dtype=D, generator=gen(99)) for y in b)
+    for g1, g2 in zip(grads(f_ours, inputs, cot), grads(f_theirs, inputs, cot)):
+        assert rel(g1, g2) < 1e-10
+    # forward mode against torch's own
+    tangents = tuple(torch.randn(x.shape, dtype=D, generator=gen(98)) for x in inputs)
+    _, t1 = torch.func.jvp(f_ours, inputs, tangents)
+    _, t2 = torch.func.jvp(f_theirs, inputs, tangents)
+    t1, t2 = (t1 if isinstance(t1, tuple) else (t1,)), (t2 if isinstance(t2, tuple) else (t2,))
+    assert all(rel(x, y) < 1e-10 for x, y in zip(t1, t2))
+
+
+@pytest.mark.parametrize("name, f, make", [
+    ("cholesky", lambda A: agt.cholesky(sym(A)), lambda: (spd(4, seed=20),)),
+    ("qr tall", agt.qr, lambda: (torch.randn(5, 3, dtype=D, generator=gen(21)),)),
+    ("qr wide", agt.qr, lambda: (torch.randn(2, 4, dtype=D, generator=gen(22)),)),
+    ("inv", agt.inv, lambda: (general(3, seed=23),)),
+    ("solve", agt.solve, lambda: (general(3, seed=24), torch.randn(3, 2, dtype=D, generator=gen(25)))),
+])
+def test_gradcheck_and_gradgradcheck(name, f, make):
+    inputs = tuple(x.requires_grad_() for x in make())
+    assert torch.autograd.gradcheck(f, inputs)
+    assert torch.autograd.gradgradcheck(f, inputs)
+
+
+def test_vmap_and_jacrev_agree_with_a_loop():
+    A = spd(3, 4, seed=30)
+    loss = lambda a: (agt.cholesky(sym(a)) ** 2).sum() + agt.inv(a).trace() + agt.qr(a)[1].diagonal().abs().sum()
+    batched = torch.func.vmap(torch.func.grad(loss))(A)
+    looped = torch.stack([torch.func.grad(loss)(a) for a in A])
+    assert rel(batched, looped) < 1e-12
+    J = torch.func.jacrev(agt.inv)(A[0])
+    J_torch = torch.func.jacrev(torch.linalg.inv)(A[0])
+    assert rel(J, J_torch) < 1e-10
+
+
+def test_solve_backward_reuses_the_forward_factorization_and_stays_exact_twice():
+    A, B = general(4, seed=40), torch.randn(4, 3, dtype=D, generator=gen(41))
+    from adjointgen.generated.torch.solve import SolveFunction
+
+    X, LU, pivots = SolveFunction.apply(A, B)
+    LU_ref, piv_ref = torch.linalg.lu_factor(A)
+    assert torch.equal(LU, LU_ref) and torch.equal(pivots, piv_ref)
+    # second derivatives through the backward are exact (the solve is then done with A itself)
+    Ar, Br = A.clone().requires_grad_(), B.clone().requires_grad_()
+    g, = torch.autograd.grad((agt.solve(Ar, Br) ** 3).sum(), Ar, create_graph=True)
+    h, = torch.autograd.grad(g.sum(), Ar)
+    At = A.clone().requires_grad_()
+    g2, = torch.autograd.grad((torch.linalg.solve(At, B) ** 3).sum(), At, create_graph=True)
+    h2, = torch.autograd.grad(g2.sum(), At)
+    assert rel(h, h2) < 1e-10
+
+
+def test_float32():
+    A = spd(6, seed=50, dtype=torch.float32)
+    assert rel(agt.cholesky(A), torch.linalg.cholesky(A)) < 1e-6
+    g1, = grads(lambda a: agt.cholesky(sym(a)), (A,), (torch.ones(6, 6),))
+    g2, = grads(lambda a: torch.linalg.cholesky(sym(a)), (A,), (torch.ones(6, 6),))
+    assert rel(g1, g2) < 1e-4
+
+
+@pytest.mark.parametrize("f, shape", [
+    (agt.cholesky, (0, 3, 3)), (agt.cholesky, (2, 0, 0)), (agt.inv, (0, 3, 3)), (agt.qr, (0, 4, 3)),
+    (lambda A: agt.solve(A, A), (0, 3, 3)),
+])
+def test_empty_inputs_return_torch_shapes(f, shape):
+    A = torch.zeros(shape, dtype=D, requires_grad=True)
+    out = f(A)
+    out = out if isinstance(out, tuple) else (out,)
+    names = {agt.cholesky: torch.linalg.cholesky, agt.inv: torch.linalg.inv, agt.qr: torch.linalg.qr}
+    ref = names.get(f, lambda A: torch.linalg.solve(A, A))(A.detach())
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    assert [o.shape for o in out] == [r.shape for r in ref]
+    sum(o.sum() for o in out).backward()
+    assert A.grad.shape == A.shape
+
+
+def test_errors_are_value_errors_and_linalg_errors():
+    bad = torch.diag(torch.tensor([1.0, -1.0, 2.0], dtype=D))
+    with pytest.raises(adjointgen.NotPositiveDefiniteError, match="leading minor of order 2"):
+        agt.cholesky(bad)
+    with pytest.raises(torch.linalg.LinAlgError):
+        agt.cholesky(bad)
+    singular = torch.zeros(3, 3, dtype=D)
+    with pytest.raises(adjointgen.SingularMatrixError):
+        agt.inv(singular)
+    with pytest.raises(ValueError, match="singular"):
+        agt.solve(singular, torch.ones(3, 1, dtype=D))
+    with pytest.raises(ValueError, match="not symmetric"):
+        agt.cholesky(torch.tensor([[2.0, 1.0], [0.0, 2.0]], dtype=D))
+    with pytest.raises(ValueError, match="square"):
+        agt.inv(torch.zeros(2, 3, dtype=D))
+    with pytest.raises(ValueError, match="dimension n must agree"):
+        agt.solve(torch.eye(3, dtype=D), torch.ones(4, 2, dtype=D))
+    with pytest.raises(ValueError, match="NaN"):
+        agt.qr(torch.full((3, 2), float("nan"), dtype=D))
+    with pytest.raises(ValueError, match="mode"):
+        agt.qr(torch.eye(2, dtype=D), mode="economic")
+
+
+def test_complete_qr_refuses_a_loss_on_the_arbitrary_columns():
+    A = torch.randn(5, 3, dtype=D, generator=gen(60), requires_grad=True)
+    Q, R = agt.qr(A, mode="complete")
+    assert Q.shape == (5, 5) and R.shape == (5, 3)
+    (Q[:, :3].sum() + R.sum()).backward()  # the defined part has its gradient
+    Q, R = agt.qr(A, mode="complete")
+    with pytest.raises(RuntimeError, match="extra columns of Q"):
+        Q[:, 4].sum().backward()
