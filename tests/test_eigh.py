@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import adjointgen.testing as agtest
 import adjointgen.torch as agt
 from adjointgen.generated.cupy import eigh as eigh_xp
 from adjointgen.generated.torch import eigh as eigh_t
@@ -18,21 +19,18 @@ def spd_spread(n, batch=(), dtype=torch.float64, seed=0):
     return sym(X) * 3
 
 
-def align(V, Vref):
-    return V * torch.sign((V * Vref).sum(-2, keepdim=True))
-
-
 @pytest.mark.parametrize("n", [1, 2, 5, 12])
 def test_jvp_matches_central_differences_along_symmetric_directions(n):
     A = spd_spread(n, seed=n)
     dA = sym(torch.randn(n, n, dtype=torch.float64))  # perturbs A_ij and A_ji together
     w, V = torch.linalg.eigh(A)
     dw, dV = eigh_t.eigh_jvp(w, V, dA)
-    h = 1e-5
-    wp, Vp = torch.linalg.eigh(A + h * dA)
-    wm, Vm = torch.linalg.eigh(A - h * dA)
-    fd_w = (wp - wm) / (2 * h)
-    fd_V = (align(Vp, V) - align(Vm, V)) / (2 * h)
+
+    def eigh_signs_fixed(B):  # finite differences of eigenvectors need one sign per column
+        wB, VB = torch.linalg.eigh(B)
+        return wB, agtest.align_phases(VB, V)
+
+    fd_w, fd_V = agtest.central_difference(eigh_signs_fixed, (A,), (dA,), eps=1e-5)
     assert rel(dw, fd_w) < 1e-7
     assert rel(dV, fd_V) < 1e-6
 
@@ -43,12 +41,15 @@ def test_vjp_is_adjoint_of_jvp(n):
     w, V = torch.linalg.eigh(A)
     dA = sym(torch.randn(n, n, dtype=torch.float64))
     gw, gV = torch.randn(n, dtype=torch.float64), torch.randn(n, n, dtype=torch.float64)
-    dw, dV = eigh_t.eigh_jvp(w, V, dA)
-    gA = eigh_t.eigh_vjp(w, V, gw, gV)
-    lhs = (gA * dA).sum()
-    rhs = (gw * dw).sum() + (gV * dV).sum()
-    assert abs(float(lhs - rhs)) <= 1e-12 * (abs(float(lhs)) + abs(float(rhs)))
+    jvp = lambda dA: eigh_t.eigh_jvp(w, V, dA)
+    vjp = lambda gw, gV: eigh_t.eigh_vjp(w, V, gw, gV)
+    # |<gw, dw> + <gV, dV> - <gA, dA>| <= 1e-12 (|lhs| + |rhs|)
+    assert agtest.adjoint_check(jvp, vjp, (dA,), (gw, gV), rtol=1e-12) <= 1e-12
+    gA = vjp(gw, gV)
     assert torch.allclose(gA, gA.mT, atol=0, rtol=0) or rel(gA, gA.mT) < 1e-15  # symmetric
+    # the same identity through agt.eigh's autograd (torch.func.jvp against torch.autograd.grad)
+    invariant = lambda A: (lambda w, V: (w, V[:, : n // 2] @ V[:, : n // 2].mT))(*agt.eigh(A))
+    assert agtest.dot_product_check(invariant, (A,), tangents=(dA,), rtol=1e-12) <= 1e-12
 
 
 @pytest.mark.parametrize("batch, n", [((), 4), ((), 30), ((3,), 8), ((2, 2), 5)])
@@ -66,7 +67,7 @@ def test_forward_mode_matches_torch_builtin():
     _, (dw1, dV1) = torch.func.jvp(agt.eigh, (A,), (dA,))
     _, (dw2, dV2) = torch.func.jvp(torch.linalg.eigh, (A,), (dA,))
     assert rel(dw1, dw2) < 1e-12
-    assert rel(dV1, align(dV2, dV1)) < 1e-10 or rel(dV1, dV2) < 1e-10
+    assert rel(dV1, agtest.align_phases(dV2, dV1)) < 1e-10 or rel(dV1, dV2) < 1e-10
 
 
 def test_second_derivatives_match_torch_builtin():
@@ -83,15 +84,16 @@ def test_second_derivatives_match_torch_builtin():
     assert rel(h1, h2) < 1e-9
 
 
-def test_gradcheck_and_gradgradcheck_through_symmetric_parametrisation():
-    X = torch.randn(5, 5, dtype=torch.float64, requires_grad=True)
+def test_gradcheck_and_gradgradcheck_along_symmetric_directions():
+    # perturbs A[i, j] and A[j, i] together, so no symmetric parametrisation A = sym(X) is needed
+    A = sym(torch.randn(5, 5, dtype=torch.float64)).requires_grad_()
 
-    def f(X):
-        w, V = agt.eigh(sym(X) + torch.diag(torch.arange(5.0, dtype=torch.float64)) * 2)
+    def f(A):
+        w, V = agt.eigh(A + torch.diag(torch.arange(5.0, dtype=torch.float64)) * 2)
         return w, V[:, :2] @ V[:, :2].mT
 
-    assert torch.autograd.gradcheck(f, (X,))
-    assert torch.autograd.gradgradcheck(f, (X,))
+    assert agtest.gradcheck(f, (A,), symmetric=True, check_forward_ad=True)
+    assert agtest.gradgradcheck(f, (A,), symmetric=True)
 
 
 def test_torch_func_grad_and_vmap_agree_with_loop():

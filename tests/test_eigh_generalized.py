@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import adjointgen.testing as agtest
 import adjointgen.torch as agt
 from adjointgen.generated.cupy import eigh_generalized as rules_xp
 from adjointgen.generated.torch import eigh_generalized as rules
@@ -54,12 +55,14 @@ def test_jvp_matches_central_differences():
     dA, dB = sym(torch.randn(6, 6, dtype=torch.float64)), sym(torch.randn(6, 6, dtype=torch.float64))
     w, V = agt.eigh(A, B)
     dw, dV = rules.eigh_generalized_jvp(w, V, dA, dB)
-    h = 1e-5
-    wp, Vp = agt.eigh(A + h * dA, B + h * dB)
-    wm, Vm = agt.eigh(A - h * dA, B - h * dB)
-    align = lambda X: X * torch.sign((X * V).sum(-2, keepdim=True))
-    assert rel(dw, (wp - wm) / (2 * h)) < 1e-7
-    assert rel(dV, (align(Vp) - align(Vm)) / (2 * h)) < 1e-6
+
+    def eigh_signs_fixed(A, B):
+        wAB, VAB = agt.eigh(A, B)
+        return wAB, agtest.align_phases(VAB, V)
+
+    fd_w, fd_V = agtest.central_difference(eigh_signs_fixed, (A, B), (dA, dB), eps=1e-5)
+    assert rel(dw, fd_w) < 1e-7
+    assert rel(dV, fd_V) < 1e-6
     _, (dw2, dV2) = torch.func.jvp(agt.eigh, (A, B), (dA, dB))
     assert rel(dw2, dw) < 1e-13 and rel(dV2, dV) < 1e-13
 
@@ -69,11 +72,25 @@ def test_vjp_is_adjoint_of_jvp():
     w, V = agt.eigh(A, B)
     dA, dB = sym(torch.randn(7, 7, dtype=torch.float64)), sym(torch.randn(7, 7, dtype=torch.float64))
     gw, gV = torch.randn(7, dtype=torch.float64), torch.randn(7, 7, dtype=torch.float64)
-    dw, dV = rules.eigh_generalized_jvp(w, V, dA, dB)
-    gA, gB = rules.eigh_generalized_vjp(w, V, gw, gV)
-    lhs = float((gA * dA).sum() + (gB * dB).sum())
-    rhs = float((gw * dw).sum() + (gV * dV).sum())
-    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+    jvp = lambda dA, dB: rules.eigh_generalized_jvp(w, V, dA, dB)
+    vjp = lambda gw, gV: rules.eigh_generalized_vjp(w, V, gw, gV)
+    assert agtest.adjoint_check(jvp, vjp, (dA, dB), (gw, gV), rtol=1e-12) <= 1e-12
+
+
+def test_gradcheck_in_A_and_B_along_symmetric_directions():
+    """Both inputs symmetric (B also positive definite): agt.eigh rejects the non-symmetric
+    perturbations of torch.autograd.gradcheck; adjointgen.testing perturbs A and B symmetrically."""
+    A, B = problem(4, 5.0, seed=12)
+    A, B = A.requires_grad_(), B.requires_grad_()
+
+    def f(A, B):
+        w, V = agt.eigh(A, B)
+        return w, V[:, :2] @ V[:, :2].mT
+
+    assert agtest.gradcheck(f, (A, B), symmetric=True, check_forward_ad=True)
+    assert agtest.gradgradcheck(f, (A, B), symmetric=True)
+    with pytest.raises(ValueError, match="not symmetric"):
+        torch.autograd.gradcheck(f, (A.detach().clone().requires_grad_(), B.detach().clone().requires_grad_()))
 
 
 def test_numpy_backend_equals_torch_backend():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import adjointgen.testing as agtest
 import adjointgen.torch as agt
 from adjointgen.generated.cupy import svd as rules_xp
 from adjointgen.generated.torch import svd as rules
@@ -46,10 +47,8 @@ def test_gradient_matches_finite_differences(m, n):
     f = lambda A: invariant_loss(*agt.svd(A), W1, W2)
     A1 = A.clone().requires_grad_()
     g, = torch.autograd.grad(f(A1), A1)
-    h = 1e-5
-    with torch.no_grad():
-        fd = (f(A + h * dA) - f(A - h * dA)) / (2 * h)
-    directional = float(torch.real(torch.vdot(g.flatten(), dA.flatten())))  # <g, dA> = Re tr(g^H dA)
+    fd = agtest.central_difference(f, (A,), (dA,), eps=1e-5)
+    directional = float(agtest.inner(g, dA))  # <g, dA> = Re tr(g^H dA)
     assert abs(directional - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
 
 
@@ -59,12 +58,11 @@ def test_vjp_is_adjoint_of_jvp_under_real_inner_product():
     V = Vh.mH
     gU, gV = cmatrix(6, 4, seed=22), cmatrix(4, 4, seed=23)
     gS = torch.randn(4, dtype=torch.float64)
-    dU, dS, dV = rules.svd_jvp_complex(U, S, V, dA)
-    gA = rules.svd_vjp_complex(U, S, V, gU, gS, gV)
-    inner = lambda x, y: float(torch.real(torch.vdot(x.flatten(), y.flatten())))
-    lhs, rhs = inner(gA, dA), inner(gU, dU) + float((gS * dS).sum()) + inner(gV, dV)
-    assert dS.dtype == torch.float64
-    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+    jvp = lambda dA: rules.svd_jvp_complex(U, S, V, dA)
+    vjp = lambda gU, gS, gV: rules.svd_vjp_complex(U, S, V, gU, gS, gV)
+    assert jvp(dA)[1].dtype == torch.float64
+    # <gA, dA> = <gU, dU> + <gS, dS> + <gV, dV> under <X, Y> = Re tr(X^H Y)
+    assert agtest.adjoint_check(jvp, vjp, (dA,), (gU, gS, gV), rtol=1e-12) <= 1e-12
 
 
 def test_forward_mode_matches_finite_differences_of_invariants():
@@ -72,8 +70,7 @@ def test_forward_mode_matches_finite_differences_of_invariants():
     W1, W2 = cmatrix(5, 5, seed=5), cmatrix(3, 3, seed=6)
     f = lambda A: invariant_loss(*agt.svd(A), W1, W2)
     _, df = torch.func.jvp(f, (A,), (dA,))
-    h = 1e-5
-    fd = (f(A + h * dA) - f(A - h * dA)) / (2 * h)
+    fd = agtest.central_difference(f, (A,), (dA,), eps=1e-5)
     assert abs(float(df) - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
     _, (_, dS, _) = torch.func.jvp(agt.svd, (A,), (dA,))
     _, (_, rS, _) = torch.func.jvp(lambda a: torch.linalg.svd(a, full_matrices=False), (A,), (dA,))
@@ -125,9 +122,8 @@ def test_full_matrices_complex_projector_loss_matches_finite_differences(m, n):
 
     A1 = A.clone().requires_grad_()
     g, = torch.autograd.grad(f(A1), A1)
-    h = 1e-5
-    fd = (f(A + h * dA) - f(A - h * dA)) / (2 * h)
-    assert abs(float(torch.real(torch.vdot(g.flatten(), dA.flatten()))) - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
+    fd = agtest.central_difference(f, (A,), (dA,), eps=1e-5)
+    assert abs(float(agtest.inner(g, dA)) - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
     _, df = torch.func.jvp(f, (A,), (dA,))
     assert abs(float(df) - float(fd)) <= 1e-7 * max(1.0, abs(float(fd)))
 
