@@ -114,3 +114,78 @@ def test_hermitian_gives_symmetric_gradient_as_torch():
 def test_bad_input_raises(A, kwargs, match):
     with pytest.raises(ValueError, match=match):
         agt.pinv(A, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# torch.func transforms (no randomness= argument needed) and empty inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def _loss(pinv):
+    return lambda M: pinv(M).pow(2).sum()
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (6, 4), (4, 6)])
+def test_every_torch_func_transform_matches_torch(shape, caplog):
+    import logging
+
+    g = torch.Generator().manual_seed(sum(shape))
+    A = torch.randn(*shape, dtype=torch.float64, generator=g)
+    As = torch.randn(3, *shape, dtype=torch.float64, generator=g)
+    Ts = torch.randn(3, *shape, dtype=torch.float64, generator=g)
+    ours, theirs = agt.pinv, torch.linalg.pinv
+    transforms = {
+        "grad": lambda p: torch.func.grad(_loss(p))(A),
+        "jvp": lambda p: torch.func.jvp(p, (A,), (Ts[0],))[1],
+        "vmap": lambda p: torch.func.vmap(p)(As),
+        "jacrev": lambda p: torch.func.jacrev(p)(A),
+        "jacfwd": lambda p: torch.func.jacfwd(p)(A),
+        "hessian": lambda p: torch.func.hessian(_loss(p))(A),
+        "vmap(jvp)": lambda p: torch.func.vmap(lambda M, T: torch.func.jvp(p, (M,), (T,))[1])(As, Ts),
+        "vmap(jacfwd)": lambda p: torch.func.vmap(torch.func.jacfwd(p))(As),
+        "vmap(grad)": lambda p: torch.func.vmap(torch.func.grad(_loss(p)))(As),
+        "vmap(vmap)": lambda p: torch.func.vmap(torch.func.vmap(p))(torch.stack([As, 2 * As])),
+    }
+    for name, transform in transforms.items():
+        with caplog.at_level(logging.DEBUG, logger="adjointgen.pinv"):
+            caplog.clear()
+            value = transform(ours)
+        assert rel(value, transform(theirs)) < 1e-10, name
+        # the fast path is still taken inside the transform (the matrices are well conditioned)
+        methods = {r.getMessage().split(": ")[1] for r in caplog.records if r.name == "adjointgen.pinv"}
+        assert methods == {"lu" if shape[0] == shape[1] else "cholesky"}, (name, methods)
+
+
+def test_hermitian_under_transforms():
+    g = torch.Generator().manual_seed(7)
+    B = torch.randn(3, 5, 5, dtype=torch.float64, generator=g)
+    S = B @ B.mT + 5 * torch.eye(5, dtype=torch.float64)
+    ours = lambda M: agt.pinv(M, hermitian=True)  # noqa: E731
+    theirs = lambda M: torch.linalg.pinv(0.5 * (M + M.mT), hermitian=True)  # noqa: E731
+    assert rel(torch.func.vmap(ours)(S), theirs(S)) < 1e-12
+    assert rel(torch.func.jacfwd(ours)(S[0]), torch.func.jacfwd(theirs)(S[0])) < 1e-10
+    assert rel(torch.func.hessian(_loss(ours))(S[0]), torch.func.hessian(_loss(theirs))(S[0])) < 1e-10
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 3), (0, 3, 4), (3, 0), (0, 3), (0, 0), (2, 0, 3), (2, 3, 0)])
+def test_empty_inputs_forward_and_backward_as_torch(shape):
+    A = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    B = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    P, Q = agt.pinv(A), torch.linalg.pinv(B)
+    assert P.shape == Q.shape
+    P.sum().backward()
+    Q.sum().backward()
+    assert A.grad.shape == B.grad.shape == shape
+    _, tangent = torch.func.jvp(agt.pinv, (A.detach(),), (torch.ones(shape, dtype=torch.float64),))
+    assert tangent.shape == Q.shape
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 3), (0, 0), (2, 0, 0)])
+def test_empty_hermitian_forward_and_backward(shape):
+    # through the generated autograd function, which the public wrapper calls after its checks
+    A = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    P = rules.PinvFunction.apply(A, (None, None, True))
+    assert P.shape == torch.linalg.pinv(A.detach(), hermitian=True).shape
+    P.sum().backward()
+    assert A.grad.shape == shape
+    assert agt.pinv(A.detach(), hermitian=True).shape == P.shape

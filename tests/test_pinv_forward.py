@@ -16,17 +16,29 @@ What is compared, and why the tolerances are what they are:
 * For an ill-conditioned but still accepted matrix (cond 1e6) two correct algorithms legitimately
   differ by ``~ kappa * eps ~ 1e-10``: there we check the same ``kappa * eps`` allowance and, in
   addition, that our Penrose residuals are no worse than 10x torch's (plus a ``kappa * eps`` floor).
+
+Then: empty inputs (torch's shapes), ``torch.func`` (probes drawn outside functorch, ``vmap``
+deciding for the stacked batch), and the two stages of the bounds with their probability budget.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
 import torch
 
-from adjointgen.runtime.pinv import CUTOFF_MARGIN, FAILURE_PROBABILITY, N_PROBES, SIGMA_SLACK, PinvInfo, pinv_forward
-from adjointgen.runtime.pinv import _levels_needed
+from adjointgen.runtime.pinv import (
+    CUTOFF_MARGIN,
+    FAILURE_PROBABILITY,
+    N_PROBES,
+    QUICK_LEVELS,
+    SIGMA_SLACK,
+    PinvInfo,
+    pinv_forward,
+)
+from adjointgen.runtime.pinv import _levels_needed, _slack
 
 ERROR_CONSTANT = 10.0
 F64_TOL = 1e-10
@@ -291,6 +303,8 @@ def _with_entry(value):
         (lambda: _with_entry(float("nan")), {}, "NaN"),
         (lambda: _with_entry(float("inf")), {}, "infinite"),
         (lambda: _with_entry(float("-inf")), {"hermitian": False}, "infinite"),
+        (lambda: _with_entry(float("nan"))[:, :4], {}, "NaN"),  # the Gram route's check (trace of A^T A)
+        (lambda: _with_entry(float("inf"))[:4, :], {}, "infinite"),
         (lambda: gaussian(6, 6), {"atol": -1.0}, "atol"),
         (lambda: gaussian(6, 6), {"rtol": -1e-3}, "rtol"),
         (lambda: gaussian(6, 6), {"atol": float("nan")}, "atol"),
@@ -312,8 +326,7 @@ def test_bad_input_raises_value_error(make, kwargs, message):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_empty_and_grad_inputs_and_rng_untouched():
-    assert pinv_forward(torch.zeros(0, 3, dtype=torch.float64)).shape == (3, 0)
+def test_grad_inputs_and_rng_untouched():
     A = gaussian(10, 10, seed=19).requires_grad_()
     state = torch.random.get_rng_state()
     X = pinv_forward(A)
@@ -321,14 +334,165 @@ def test_empty_and_grad_inputs_and_rng_untouched():
     assert not X.requires_grad
 
 
-def test_vmap_delegates_to_torch():
-    A = gaussian(4, 8, 8, seed=20)
-    assert torch.equal(torch.func.vmap(pinv_forward)(A), torch.vmap(torch.linalg.pinv)(A))
+# --------------------------------------------------------------------------------------------------
+# empty inputs: torch's shapes
+# --------------------------------------------------------------------------------------------------
+
+EMPTY_SHAPES = [(0, 3, 3), (0, 3, 4), (0, 4, 3), (3, 0), (0, 3), (0, 0), (2, 0, 3), (2, 3, 0), (2, 0, 0), (0, 2, 0, 5)]
 
 
-def test_probe_count_meets_failure_probability():
+@pytest.mark.parametrize("shape", EMPTY_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex128])
+def test_empty_inputs_have_torch_shapes(shape, dtype):
+    A = torch.zeros(shape, dtype=dtype)
+    for hermitian in (False, True) if shape[-1] == shape[-2] else (False,):
+        expected = torch.linalg.pinv(A, hermitian=hermitian)
+        X, info = pinv_forward(A, hermitian=hermitian, return_info=True)
+        assert X.shape == expected.shape and X.dtype == expected.dtype
+        assert info.method == ("eigh" if hermitian else "svd") and info.reason == "empty input"
+        # with per-batch tolerance tensors too
+        tol = torch.zeros(shape[:-2], dtype=torch.float64)
+        assert pinv_forward(A, atol=tol, rtol=tol, hermitian=hermitian).shape == expected.shape
+
+
+def test_empty_input_still_checks_its_arguments():
+    with pytest.raises(ValueError, match="non-negative"):
+        pinv_forward(torch.zeros(0, 3, 3, dtype=torch.float64), atol=torch.tensor(-1.0, dtype=torch.float64))
+    with pytest.raises(ValueError, match="square"):
+        pinv_forward(torch.zeros(0, 3, 4, dtype=torch.float64), hermitian=True)
+    with pytest.raises(ValueError, match="rtol"):
+        pinv_forward(torch.zeros(0, 3), rtol=-1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# torch.func: probes drawn outside functorch, vmap decides for the stacked batch
+# --------------------------------------------------------------------------------------------------
+
+
+def test_probes_are_drawn_outside_vmap():
+    # jacfwd = vmap over tangents with a plain primal: a random draw inside would raise in vmap's
+    # default randomness="error" mode. The decision is the one made without the transform.
+    A = gaussian(6, 6, seed=21)
+    T = gaussian(6, 6, seed=22)
+    X_plain, info = pinv_forward(A, return_info=True)
+    assert info.method == "lu"
+    X, tangent = torch.func.vmap(lambda t: torch.func.jvp(pinv_forward, (A,), (t,)), randomness="error")(
+        torch.stack([T, 2 * T])
+    )
+    assert torch.equal(X[0], X_plain) and torch.equal(X[1], X_plain)
+
+
+@pytest.mark.parametrize("shape, method", [((3, 12, 12), "lu"), ((3, 15, 6), "cholesky"), ((3, 6, 15), "cholesky")])
+def test_vmap_decides_for_the_stacked_batch(shape, method, caplog):
+    A = gaussian(*shape, seed=23)
+    expected, info = pinv_forward(A, return_info=True)
+    assert info.method == method
+    with caplog.at_level(logging.DEBUG, logger="adjointgen.pinv"):
+        X = torch.func.vmap(pinv_forward)(A)
+    assert any(f": {method}: vmapped: decided for the stacked batch" in r.getMessage() for r in caplog.records)
+    assert torch.equal(X, expected)
+    # other batch dimension, and vmap of vmap: the same numbers
+    assert relative_error(torch.func.vmap(pinv_forward, in_dims=1)(A.movedim(0, 1)), expected) <= F64_TOL
+    nested = torch.func.vmap(torch.func.vmap(pinv_forward))(torch.stack([A, 2 * A]))
+    assert relative_error(nested[0], expected) <= F64_TOL and relative_error(nested[1], expected / 2) <= F64_TOL
+
+
+def test_vmap_with_a_hard_matrix_in_the_stack_is_torchs_result():
+    good = gaussian(3, 20, 20, seed=24)
+    bad = with_spectrum(20, 20, torch.ones(5), seed=25)
+    A = torch.cat([good, bad[None]], dim=0)
+    assert torch.equal(torch.func.vmap(pinv_forward)(A), torch.linalg.pinv(A))
+    H = good @ good.mT + 20 * torch.eye(20, dtype=torch.float64)
+    X = torch.func.vmap(lambda M: pinv_forward(M, hermitian=True))(H)
+    assert relative_error(X, torch.linalg.pinv(H, hermitian=True)) <= F64_TOL
+
+
+def test_vmap_tolerances():
+    A = gaussian(3, 10, 10, seed=26)
+    # vmapped tolerance tensors: torch's own batching rule
+    atol = torch.tensor([0.0, 1e-3, 1e3], dtype=torch.float64)
+    X = torch.func.vmap(lambda M, t: pinv_forward(M, atol=t))(A, atol)
+    assert torch.equal(X, torch.linalg.pinv(A, atol=atol))
+    X = torch.func.vmap(lambda t: pinv_forward(A[0], atol=t))(atol)
+    expected = torch.stack([torch.linalg.pinv(A[0], atol=float(t)) for t in atol])
+    assert torch.allclose(X, expected, rtol=0, atol=F64_TOL) and not X[2].any()  # atol 1e3 discards all
+    # a plain tolerance tensor per example's batch: broadcast against the logical batch shape
+    B = torch.stack([A, A])  # vmapped over the first dimension, each example a batch of 3
+    small = torch.tensor([0.0, 1e-8, 1e-6], dtype=torch.float64)
+    X = torch.func.vmap(lambda M: pinv_forward(M, atol=small))(B)
+    assert relative_error(X, torch.linalg.pinv(B, atol=small)) <= F64_TOL
+    X = torch.func.vmap(lambda M: pinv_forward(M, atol=atol))(B)
+    assert torch.allclose(X, torch.linalg.pinv(B, atol=atol), rtol=0, atol=F64_TOL)
+    # a tolerance that broadcasts each example's result beyond its batch shape
+    wide = torch.zeros(4, 1, dtype=torch.float64)
+    X = torch.func.vmap(lambda M: pinv_forward(M, atol=wide))(A)
+    expected = torch.stack([torch.linalg.pinv(M, atol=wide) for M in A])  # (3, 4, 1, 10, 10)
+    assert X.shape == expected.shape and relative_error(X, expected) <= F64_TOL
+
+
+def test_route_is_logged(caplog):
+    with caplog.at_level(logging.DEBUG, logger="adjointgen.pinv"):
+        pinv_forward(gaussian(8, 8, seed=27))
+        pinv_forward(with_spectrum(8, 8, torch.ones(3), seed=28))
+    messages = [r.getMessage() for r in caplog.records if r.name == "adjointgen.pinv"]
+    assert len(messages) == 2
+    assert ": lu: fast path" in messages[0] and ": svd: fallback" in messages[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# the two stages of the bounds, and their probability budget
+# --------------------------------------------------------------------------------------------------
+
+
+def test_quick_stage_decides_clear_cases():
+    # well conditioned: accepted after the quick stage's few levels
+    for A, kind in ((gaussian(50, 50, seed=29), "lu"), (gaussian(80, 30, seed=29), "gram")):
+        _, info = pinv_forward(A, return_info=True)
+        assert info.method in ("lu", "cholesky") and info.levels == QUICK_LEVELS[kind], info
+        assert "quick stage" in info.reason
+    B = gaussian(40, 40, seed=29)
+    _, info = pinv_forward(B @ B.T + 40 * torch.eye(40, dtype=torch.float64), hermitian=True, return_info=True)
+    assert info.method == "cholesky" and info.levels == QUICK_LEVELS["hermitian"], info
+    # clearly hopeless: refused after the quick stage on deterministic grounds
+    for A in (with_spectrum(50, 50, torch.linspace(1.0, 0.1, 25), seed=30), with_spectrum(50, 50, log_spaced(50, 1e11), seed=30)):
+        info = assert_refused_and_equal(A)
+        assert info.levels == QUICK_LEVELS["lu"] and "quick stage" in info.reason, info
+
+
+def test_full_stage_runs_when_the_quick_one_is_inconclusive():
+    # cond 1e8 is above the LU cap but not by enough for the quick stage's loose bound to show it
+    A = with_spectrum(60, 60, log_spaced(60, 1e8), seed=7)
+    info = assert_refused_and_equal(A)
+    assert info.levels == _levels_needed(60) and "full stage" in info.reason
+    s = torch.linalg.svdvals(A)
+    assert info.sigma_min_est <= s[-1].item() and info.sigma_max_est >= s[0].item()
+    # the normal-equations cap needs the full stage; QR would do, but only the full stage decides
+    B = with_spectrum(100, 40, log_spaced(40, 1e4), seed=5)
+    _, info = pinv_forward(B, return_info=True)
+    assert info.method == "qr" and info.levels >= _levels_needed(40), info
+
+
+def test_probability_budget():
+    # each stage's bound fails with probability <= FAILURE_PROBABILITY / 2: <= FAILURE_PROBABILITY together
     for n in (1, 10, 2000, 10**6):
         levels = _levels_needed(n)
-        per_probe = min(1.0, 0.8 * math.sqrt(n) * SIGMA_SLACK**-levels)
-        assert per_probe**N_PROBES <= FAILURE_PROBABILITY or levels == 2
+        full = (0.8 * math.sqrt(n) * SIGMA_SLACK**-levels) ** N_PROBES
+        assert full <= FAILURE_PROBABILITY / 2 or levels == 2
+        assert _slack(n, levels) <= SIGMA_SLACK
+        for quick in set(QUICK_LEVELS.values()):
+            s = _slack(n, quick)
+            assert min(1.0, 0.8 * math.sqrt(n) * s**-quick) ** N_PROBES <= FAILURE_PROBABILITY / 2 * (1 + 1e-9)
+    assert _levels_needed(2000) == 14  # as before the stages: the split costs no level at this size
     assert CUTOFF_MARGIN >= 2
+
+
+def test_quick_stage_bounds_bracket_the_truth():
+    # the quick stage's slack is large; the bounds it reports must still hold, matrix by matrix
+    for seed in range(6):
+        for shape in ((30, 30), (45, 20), (20, 45)):
+            A = gaussian(4, *shape, seed=100 + seed)
+            _, info = pinv_forward(A, return_info=True)
+            assert "quick stage" in info.reason, info
+            s = torch.linalg.svdvals(A)
+            assert info.sigma_min_est <= s[..., -1].min().item()
+            assert info.sigma_max_est >= s[..., 0].max().item()
