@@ -15,7 +15,7 @@ for deep networks with structured layers", ICCV 2015.
 import numpy as np
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity, ZeroMatrix
+from adjointgen.calculus import Derivation, HadamardProduct, Identity, ZeroMatrix
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
@@ -85,9 +85,14 @@ dD_sol = d.solve_for(d.hermitian_part(d.diagonal_part(s, "diagonal part (E_ii = 
 # 6. diag(dC) is free: the phases of the eigenvectors, a gauge
 T = d.imaginary_diagonal("Theta", n)
 fix = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dC), ZeroMatrix(n, n)))
-# 7. off the diagonal, solve E ∘ dC = -U^T dA U for the anti-Hermitian dC
-dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=fix)
-# 8. dU = U dC, since U U^T = I
+# 7. inside a cluster of equal eigenvalues E_ij = 0: the rotations U_c -> U_c Q are a gauge too
+K = d.clusters(D)
+Omega = d.parameter("Omega", n, n, skew=True, within=K)
+d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
+        fix=(HadamardProduct(K, dC), ZeroMatrix(n, n)))
+# 8. off the diagonal, solve E ∘ dC = -U^T dA U for the anti-Hermitian dC (zero inside the clusters)
+dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=fix, clusters=K)
+# 9. dU = U dC, since U U^T = I
 back = d.left_multiply(d.identity("definition of dC", dC, U.T * dU), U, "left-multiply dC = U^T dU by U")
 back = d.substitute(back, complete, "substitute U U^T = I")
 dU_sol = d.replace(d.solve_for(back, dU), dC_sol)

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.linalg
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity, Inverse
+from adjointgen.calculus import Derivation, HadamardProduct, Identity, Inverse, ZeroMatrix
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
@@ -84,14 +84,24 @@ r = d.substitute(r, borth, "substitute U^T B U = I")
 route2 = d.use_definition(r, dC)
 s = d.same(route1, route2, "both routes give U^T dA U + D dC = dC D + dD + U^T dB U D")
 
-# ---------------------------------------------------------------- the diagonal of dC
-d_borth = d.use_definition(d.differentiate(borth, "differentiate U^T B U = I"), dC)
-diag_dC = d.solve_for(d.diagonal_part(d_borth, "diagonal part of dC + dC^T = -U^T dB U"), d.diag(dC))
+# ---------------------------------------------------------------- dC = dW - U^T dB U / 2 with dW skew
+d_borth = d.use_definition(d.differentiate(borth, "differentiate U^T B U = I"), dC)  # dC + dC^T = -U^T dB U
+dW = d.introduce("dW", dC + U.T * dB * U / 2)
+dC_of_dW = d.solve_for(d.identity("definition of dW", dW, dC + U.T * dB * U / 2), dC)
+d.declare_skew(d.replace(d_borth, dC_of_dW, "substitute dC = dW - U^T dB U / 2: dW + dW^T = 0"), dW)
+s = d.replace(s, dC_of_dW, "substitute dC = dW - U^T dB U / 2")
 
 # ---------------------------------------------------------------- solve
-s, E = d.hadamard_split(s, D, dC, "E")
+s, E = d.hadamard_split(s, D, dW, "E")
 dD_sol = d.solve_for(d.diagonal_part(s, "diagonal part (E_ii = 0)"), dD)
-dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=diag_dC)
+# inside a cluster of equal eigenvalues E_ij = 0: the rotations U_c -> U_c Q (Q orthogonal keeps
+# U^T B U = I) are a gauge; dW is zero there, its determined part -U^T dB U / 2 stays in dC
+K = d.clusters(D)
+Omega = d.parameter("Omega", n, n, skew=True, within=K)
+d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
+        fix=(HadamardProduct(K, dW), ZeroMatrix(n, n)))
+dW_sol, F = d.solve_offdiagonal(s, dW, E, "F", clusters=K)
+dC_sol = d.replace(dC_of_dW, dW_sol)
 back = d.left_multiply(d.identity("definition of dC", dC, U.T * B * dU), U, "left-multiply dC = U^T B dU by U")
 back = d.substitute(back, complete, "substitute U U^T B = I")
 dU_sol = d.replace(d.solve_for(back, dU), dC_sol)

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.linalg
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity
+from adjointgen.calculus import Derivation, HadamardProduct, Identity, ZeroMatrix
 
 K_OF = {5: 2, 7: 3, 8: 1}
 
@@ -63,7 +63,12 @@ dC = d.introduce("dC", U.T * dU, skew_by=d.differentiate(orth, "differentiate U^
 p = d.use_definition(p, dC)
 p, E = d.hadamard_split(p, D, dC, "E")
 dD_sol = d.solve_for(d.diagonal_part(p, "diagonal part (E_ii = 0, dC_ii = 0)"), dD)
-dC_sol, F = d.solve_offdiagonal(p, dC, E, "F")
+# rotations inside clusters of equal kept eigenvalues are a gauge (dC is zero there)
+K = d.clusters(D)
+Omega = d.parameter("Omega", k, k, skew=True, within=K)
+d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
+        fix=(HadamardProduct(K, dC), ZeroMatrix(k, k)))
+dC_sol, F = d.solve_offdiagonal(p, dC, E, "F", clusters=K)
 
 # ---------------------------------------------------------------- the complement: dU = U dC + W
 W = d.introduce("W", dU - U * dC)

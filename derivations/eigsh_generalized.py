@@ -13,7 +13,7 @@ import numpy as np
 import scipy.linalg
 
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, Identity
+from adjointgen.calculus import Derivation, HadamardProduct, Identity, ZeroMatrix
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
@@ -68,11 +68,20 @@ p = d.substitute(p, left_eig, "substitute U^T A = D U^T B")
 p = d.substitute(p, borth, "substitute U^T B U = I")
 dC = d.introduce("dC", U.T * B * dU)
 p = d.use_definition(p, dC)
-d_borth = d.use_definition(d.differentiate(borth, "differentiate U^T B U = I"), dC)
-diag_dC = d.solve_for(d.diagonal_part(d_borth, "diagonal part of dC + dC^T = -U^T dB U"), d.diag(dC))
-p, E = d.hadamard_split(p, D, dC, "E")
+d_borth = d.use_definition(d.differentiate(borth, "differentiate U^T B U = I"), dC)  # dC + dC^T = -U^T dB U
+dW = d.introduce("dW", dC + U.T * dB * U / 2)
+dC_of_dW = d.solve_for(d.identity("definition of dW", dW, dC + U.T * dB * U / 2), dC)
+d.declare_skew(d.replace(d_borth, dC_of_dW, "substitute dC = dW - U^T dB U / 2: dW + dW^T = 0"), dW)
+p = d.replace(p, dC_of_dW, "substitute dC = dW - U^T dB U / 2")
+p, E = d.hadamard_split(p, D, dW, "E")
 dD_sol = d.solve_for(d.diagonal_part(p, "diagonal part (E_ii = 0)"), dD)
-dC_sol, F = d.solve_offdiagonal(p, dC, E, "F", diagonal=diag_dC)
+# rotations inside clusters of equal kept eigenvalues are a gauge (dW is zero there)
+K = d.clusters(D)
+Omega = d.parameter("Omega", k, k, skew=True, within=K)
+d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
+        fix=(HadamardProduct(K, dW), ZeroMatrix(k, k)))
+dW_sol, F = d.solve_offdiagonal(p, dW, E, "F", clusters=K)
+dC_sol = d.replace(dC_of_dW, dW_sol)
 
 # ---------------------------------------------------------------- the B-orthogonal complement
 W = d.introduce("W", dU - U * dC)

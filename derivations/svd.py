@@ -82,22 +82,8 @@ orth_U, orth_V, dCU, dCV, d_right, d_left = (e[x] for x in ("orth_U", "orth_V", 
 
 # ---------------------------------------------------------------- projections onto span(U), span(V)
 a, b = singular_spaces.project(d, U, V, e)
-diag_a = d.diagonal_part(a, "diagonal part")
-dS_sol = d.solve_for(d.hermitian_part(diag_a, "Hermitian part: diag(dCU), diag(dCV) are imaginary"), dS)
-
-# ---------------------------------------------------------------- the phases: a gauge
-phases = d.antihermitian_part(diag_a, "anti-Hermitian part: only diag(dCU) - diag(dCV) is determined")
-T = d.imaginary_diagonal("Theta", k)
-fix = d.gauge("(u_j, v_j) -> e^{i theta_j} (u_j, v_j)", T, {U: U * T, V: V * T},
-              fix=(d.diag(dCU) + d.diag(dCV), ZeroMatrix(k, k)))
-gauge_V = d.solve_for(fix, d.diag(dCV))
-phases = d.replace(phases, gauge_V, "substitute diag(dCV) = -diag(dCU)")
-phases = d.right_multiply(phases, Inverse(S), "right-multiply by S^-1")
-dCU_diag = d.solve_for(phases, d.diag(dCU))
-dCV_diag = d.replace(gauge_V, dCU_diag, "substitute diag(dCU)")
-
-# ---------------------------------------------------------------- off the diagonal
-dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e, dCU_diag, dCV_diag)
+T = d.imaginary_diagonal("Theta", k)  # the phases (u_j, v_j) -> e^{i theta_j} (u_j, v_j)
+dS_sol, dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e, phases=T)
 
 # ---------------------------------------------------------------- outside span(U): W_U = (I - UU^T) dU
 WU = d.introduce("WU", dU - U * dCU)

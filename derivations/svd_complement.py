@@ -71,7 +71,7 @@ complete_V = d.identity("V V^T = I (V square)", V * V.T, Identity(n))
 perp = d.identity("U^T U2 = 0", U.T * U2, ZeroMatrix(n, p))
 complete = d.identity("[U U2] square: U U^T + U2 U2^T = I", U * U.T + U2 * U2.T, Identity(m))
 Omega = d.parameter("Omega", p, p, skew=True)
-gauge = d.gauge("U2 -> U2 exp(Omega): any orthonormal basis of the complement", Omega, {U2: U2 * Omega},
+gauge = d.gauge("U2 -> U2 exp(Omega): any orthonormal basis of the complement", Omega, {U2: U2 * Omega}, name="basis",
                 fix=(U2.T * dU2, ZeroMatrix(p, p)))
 
 # ---------------------------------------------------------------- dU2 = -U dU^T U2

@@ -61,8 +61,7 @@ right, left, orth_U, orth_V, UtA, VtAt, dCU, dCV, d_right, d_left = (
 
 # ---------------------------------------------------------------- inside span(U), span(V): as the thin SVD
 a, b = singular_spaces.project(d, U, V, e)
-dS_sol = d.solve_for(d.diagonal_part(a, "diagonal part (dCU, dCV skew: zero diagonal)"), dS)
-dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e)
+dS_sol, dCU_sol, dCV_sol = singular_spaces.inside(d, S, a, b, e)
 
 # ---------------------------------------------------------------- outside: WU, WV
 WU = d.introduce("WU", dU - U * dCU)

@@ -73,18 +73,20 @@ def test_corrupted_solution_step_is_caught_numerically(root, tmp_path):
 
 
 @pytest.mark.parametrize("good, bad, failing", [
-    # a wrong gauge choice: the reference forward is aligned to diag(dCU) + diag(dCV) = 0
-    ("fix=(d.diag(dCU) + d.diag(dCV), ZeroMatrix(k, k))", "fix=(d.diag(dCU) - d.diag(dCV), ZeroMatrix(k, k))",
-     "gauge choice"),
+    # a wrong gauge choice: the reference forward is aligned to diag(dCU) + diag(dCV) = diag(dCP) = 0
+    ("fix=(d.diag(dCP), ZeroMatrix(k, k))", "fix=(d.diag(dCM), ZeroMatrix(k, k))", "gauge choice"),
     # a direction that is not a gauge: (u, v) -> (u e^{iθ}, v e^{-iθ}) changes A
-    ("{U: U * T, V: V * T}", "{U: U * T, V: -V * T}", "leaves 'right singular vectors"),
+    ('{e["U"]: e["U"] * phases, e["V"]: e["V"] * phases}', '{e["U"]: e["U"] * phases, e["V"]: -e["V"] * phases}',
+     "leaves 'right singular vectors"),
 ])
 def test_corrupted_complex_gauge_fails_audit(root, tmp_path, good, bad, failing):
+    """The SVD's gauges are declared in the helper derivations/_singular_spaces.py."""
     proj = _copy_project(root, tmp_path)
-    path = proj / "derivations" / "svd.py"
-    src = path.read_text()
+    helper = proj / "derivations" / "_singular_spaces.py"
+    src = helper.read_text()
     assert good in src
-    path.write_text(src.replace(good, bad))
+    helper.write_text(src.replace(good, bad))
+    path = proj / "derivations" / "svd.py"
     d = gen.load_derivation_file(path, partial=True)
     report = audit(d, symbolic=False)
     first = report.first_failure()

@@ -104,7 +104,8 @@ def _pairwise_oracle(op_name, fn_name):
         with np.errstate(divide="ignore", invalid="ignore"):
             F = f(w[..., :, None], w[..., None, :]) * np.ones(w.shape + w.shape[-1:])
         idx = np.arange(w.shape[-1])
-        F[..., idx, idx] = float(pdef.diagonal_value)
+        diagonal = sp.sympify(pdef.diagonal_value)  # a constant, or a function of d_i (1/(2 s_i))
+        F[..., idx, idx] = sp.lambdify(DI, diagonal, "numpy")(w) if diagonal.free_symbols else float(diagonal)
         return F
 
     return matrix
@@ -116,7 +117,7 @@ def test_element_functions_match_numpy(cu, harnesses, tmp_path, rng):
     exe, vs = harnesses[cu.stem]
     assert vs, f"{cu.name} declares no element functions"
     n, batch = 7, 3
-    w = np.sort(rng.standard_normal((batch, n)) * 3, axis=-1)
+    w = np.sort(rng.uniform(0.5, 4.0, (batch, n)), axis=-1)  # distinct, positive (singular values too)
     X = rng.standard_normal((batch, n, n))
     inp = tmp_path / "in.bin"
     with open(inp, "wb") as f:

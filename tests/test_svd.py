@@ -104,10 +104,16 @@ def test_float32():
     assert g1.dtype == torch.float32 and rel(g1, g2) < 1e-4
 
 
-def test_repeated_singular_values_warn():
-    A = torch.diag(torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64)).requires_grad_()
-    with pytest.warns(UserWarning, match="singular values 0 and 1"):
-        agt.svd(A)
+def test_repeated_singular_values_and_a_basis_dependent_loss_raise():
+    """(The degenerate cases in full: tests/test_degeneracy.py.)"""
+    from adjointgen import DegenerateSubspaceError
+
+    Q1, Q2 = (torch.linalg.qr(matrix(3, 3, seed=seed))[0] for seed in (3, 4))
+    A = (Q1 * torch.tensor([2.0, 2.0, 1.0], dtype=torch.float64)) @ Q2.mT
+    A.requires_grad_()
+    U, S, Vh = agt.svd(A)
+    with pytest.raises(DegenerateSubspaceError, match="singular values \\[0, 1\\]"):
+        (U ** 4).sum().backward()
 
 
 @pytest.mark.parametrize("A, match", [

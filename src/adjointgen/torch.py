@@ -113,7 +113,8 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
 
 
 
-def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
+def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float | None = None,
+         broadening: float | None = None):
     """Symmetric (Hermitian) eigendecomposition ``A = V diag(w) V^H``, or with ``B`` the
     generalized symmetric-definite problem ``A V = B V diag(w)``, ``V^T B V = I``.
 
@@ -138,9 +139,10 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None):
         ValueError: ``A`` (or ``B``) not a square floating matrix, not symmetric (within 100 eps
             relative), containing NaN/Inf; ``B`` not positive definite or of another shape.
     """
+    checks.degeneracy_options(cluster_rtol, broadening)
     if B is None:
-        return _eigh.eigh(A)
-    return _eigh_generalized.eigh_generalized(A, B)
+        return _eigh.eigh(A, cluster_rtol=cluster_rtol, broadening=broadening)
+    return _eigh_generalized.eigh_generalized(A, B, cluster_rtol=cluster_rtol, broadening=broadening)
 
 
 def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
@@ -211,7 +213,8 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
     return PinvFunction.apply(A, (atol, rtol, hermitian))
 
 
-def svd(A: torch.Tensor, full_matrices: bool = False):
+def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | None = None,
+        broadening: float | None = None):
     """Singular value decomposition ``A = U diag(S) Vh`` as :func:`torch.linalg.svd`, with the rule
     derived in ``derivations/svd.py`` (cotangents on ``U``, ``S`` and ``Vh``, each may be absent).
 
@@ -241,9 +244,8 @@ def svd(A: torch.Tensor, full_matrices: bool = False):
 
         U, S, Vh = SvdFullFunction.apply(A)
     else:
-        U, S, Vh = _svd.svd(A)
-    if A.requires_grad and not checks._is_traced(A):
-        _warn_degenerate(S)
+        checks.degeneracy_options(cluster_rtol, broadening)
+        U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
     return U, S, Vh
 
 

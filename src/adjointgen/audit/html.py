@@ -176,10 +176,11 @@ def _page_data(project, a) -> dict:
         for out, expr in rule.code.items():
             rules.append({"kind": kind, "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr), complex_=complex_,
                                                        display="block")})
-    if d.gauge_rule is not None:
-        for out, expr in d.gauge_rule.code.items():
-            rules.append({"kind": "gauge residual", "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr),
-                                                                   complex_=complex_, display="block")})
+    for gauge in d.gauges:
+        rule = d.gauge_rules.get(gauge.name)
+        for out, expr in (rule.code.items() if rule else ()):
+            rules.append({"kind": f"gauge residual ({gauge.label})",
+                          "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr), complex_=complex_, display="block")})
     source = Path(d.path).read_text().splitlines()
     passed = sum(r.passed for r in report.steps)
     numeric = [r.residual for r in report.steps if r.residual is not None]

@@ -107,6 +107,12 @@ def _random_structured(rng, shape, name, structure, complex_=False):
     x = rng.standard_normal(shape)
     if complex_:
         x = x + 1j * rng.standard_normal(shape)
+    if name in structure.clustered:  # supported on a cluster pattern: the pair (0, 1)
+        mask = np.zeros(shape)
+        if min(shape) > 1:
+            mask[0, 1] = mask[1, 0] = 1
+        x = (x - x.conj().T) / 2 if name in structure.skew else x
+        return x * mask
     if name in structure.diagonal and name in structure.skew:
         return np.diag(1j * np.diag(x).imag) if complex_ else np.zeros(shape)
     if name in structure.diagonal:
@@ -149,8 +155,7 @@ def _instances(d: Derivation, seed: int):
             shape = tuple(int(x.xreplace(dims)) for x in out.shape)
             cot["g" + out.name] = _random_structured(rng, shape, "g" + out.name, d.structure, complex_)
         env.update(cot)
-        T = d.gauge_parameter
-        if T is not None:
+        for T in d.gauge_parameters:
             shape = tuple(int(x.xreplace(dims)) for x in T.shape)
             env[T.name] = _random_structured(rng, shape, T.name, d.structure, complex_)
         ctx = _Context(env, dims, d.structure, cot)
@@ -207,7 +212,7 @@ def _symbolic_env(d: Derivation, size: int = 3):
     for s in d.inputs + d.outputs:
         names |= {s.name, "d" + s.name, "g" + s.name}
     names |= {s.name for s, _ in d.introduced}
-    extra = [d.gauge_parameter] if d.gauge_parameter is not None else []
+    extra = list(d.gauge_parameters)
     names |= {s.name for s in extra}
 
     def shape_of(name):

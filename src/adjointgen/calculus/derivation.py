@@ -32,7 +32,7 @@ from sympy.matrices.expressions import (
 
 from . import algebra
 from .algebra import DerivationError, expand, normalize
-from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, ShiftedSolve, StrictlyLower, Structure, Sym
+from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym
 
 
 @dataclass(frozen=True)
@@ -214,6 +214,28 @@ class Rule:
     code: dict[str, sp.MatrixExpr]
 
 
+@dataclass
+class Gauge:
+    """A continuous freedom of the outputs (see :meth:`Derivation.gauge`).
+
+    Attributes:
+        name: ``phase`` (the phase of complex vectors), ``clusters`` (rotations inside clusters of
+            equal values) or the name the derivation gave; names the residual's generated function.
+        label: the derivation's description.
+        parameter: the generator ``Θ`` with its declared structure.
+        directions: output name -> its tangent along the gauge (``U Θ``).
+    """
+
+    name: str
+    label: str
+    parameter: MatrixSymbol
+    directions: dict[str, sp.MatrixExpr]
+
+    @property
+    def residual_name(self) -> str:
+        return "R" if self.name == "phase" else f"R_{self.name}"
+
+
 class Derivation:
     """Symbols, identities and named steps of one operation's derivation."""
 
@@ -238,9 +260,10 @@ class Derivation:
         self.title = title
         self.references = references
         self.structure = Structure(complex=field == "complex")
-        self.gauge_parameter: MatrixSymbol | None = None
-        self.gauge_directions: dict[str, sp.MatrixExpr] = {}
-        self.gauge_rule: Rule | None = None
+        #: the declared gauges (in order), and the derived residual of each, by gauge name
+        self.gauges: list[Gauge] = []
+        self.gauge_rules: dict[str, Rule] = {}
+        self.cluster_meaning: dict[str, str] = {}
         self.real_jvp: Rule | None = None
         self.real_vjp: Rule | None = None
         self.dims: list[sp.Symbol] = []
@@ -403,6 +426,10 @@ class Derivation:
                      if check else "no NumPy forward declared: the torch forward is checked when code is generated")
 
     @property
+    def gauge_parameters(self) -> list[MatrixSymbol]:
+        return [g.parameter for g in self.gauges]
+
+    @property
     def forward_options(self) -> tuple[str, ...]:
         return () if self.forward_spec is None else tuple(k for k, _ in self.forward_spec.options)
 
@@ -423,15 +450,40 @@ class Derivation:
             raise DerivationError(f"{self.path}: an imaginary diagonal needs field='complex'")
         return self.parameter(name, n, n, skew=True, diagonal=True)
 
-    def parameter(self, name: str, rows, cols, *, skew: bool = False, diagonal: bool = False) -> MatrixSymbol:
+    def parameter(self, name: str, rows, cols, *, skew: bool = False, diagonal: bool = False,
+                  within: "PairwiseMatrix | None" = None) -> MatrixSymbol:
         """A gauge parameter with its structure (``skew``: anti-Hermitian, e.g. the generator of a
-        rotation ``U2 -> U2 e^Ω`` of a basis)."""
+        rotation ``U2 -> U2 e^Ω`` of a basis; ``within=K``: supported on the pairs of a cluster
+        indicator from :meth:`clusters`, ``Ω = K ∘ Ω``, the rotations inside clusters of equal
+        eigenvalues)."""
         sym = MatrixSymbol(name, rows, cols)
         if skew:
             self.structure.skew.add(name)
         if diagonal:
             self.structure.diagonal.add(name)
+        if within is not None:
+            if not (isinstance(within, PairwiseMatrix) and within.definition.is_indicator):
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: within= needs a cluster indicator "
+                                      "from d.clusters(D)")
+            self.structure.clustered[name] = within.name
         return sym
+
+    def clusters(self, D: MatrixSymbol, name: str = "K", what: str = "eigenvalues") -> "PairwiseMatrix":
+        """The cluster indicator of a diagonal output ``D``: ``K_ij = 1`` when ``d_i`` and ``d_j``
+        (``i != j``) belong to one cluster of equal values, else 0.  Rotations of the vectors
+        inside a cluster leave the identities unchanged: a gauge (declare it with a parameter
+        ``within=K``); where a step solves ``E ∘ X = R`` with ``E_ij = 0`` inside the clusters, pass
+        ``clusters=K`` to :meth:`solve_offdiagonal`.  Generated code detects clusters with a relative
+        tolerance (:mod:`adjointgen.runtime.degeneracy`)."""
+        if D.name not in self.structure.diagonal:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: clusters() needs a diagonal symbol, not {D}")
+        definition = PairwiseDef(name, D.name, SameCluster(DI, DJ), sp.Integer(0),
+                                 origin=f"clusters of equal entries of {D.name}",
+                                 meaning=f"1 where d_i and d_j are in one cluster of equal values of {D.name}")
+        K = PairwiseMatrix.define(definition, D.shape[0])
+        self.pairwise[name] = definition
+        self.cluster_meaning[name] = what  # for error messages: "eigenvalues", "singular values"
+        return K
 
     @staticmethod
     def diag(X):
@@ -637,6 +689,24 @@ class Derivation:
             self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq))
         return sym
 
+    def declare_skew(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
+        """Declare an introduced symbol skew-symmetric (anti-Hermitian) from an equation that reads
+        ``X + X^T = 0`` once normalised (``dW + dW^T = 0`` after substituting ``dC = dW - M/2`` into
+        ``dC + dC^T = -M``).
+
+        Records: a ``skew`` step.  Numeric check: the residual of ``X + X^T = 0``.  Symbolic check:
+        none (it rests on the equation, checked where it was derived).
+        """
+        label = label or f"{sym.name} is skew-symmetric, from {eq}"
+        res = self._norm(eq.lhs - eq.rhs)
+        target = self._norm(sym + Transpose(sym))
+        if self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
+            self._fail(label, f"{eq} does not read {sym.name} + {sym.name}^T = 0")
+        self.structure.skew.add(sym.name)
+        new = Equation(target, ZeroMatrix(*sym.shape))
+        self._record("skew", label, new, check=_equation_check(new))
+        return new
+
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
         """Replace the introduced symbol's definition (and its transpose) by the symbol.
 
@@ -692,8 +762,8 @@ class Derivation:
         explicit = sum((c * Dm ** a * x * Dm ** b for c, _, (a, b) in mine), sp.zeros(3, 3))
         entry = sp.factor(sp.expand(explicit[0, 1]).coeff(sp.Symbol("x01")).xreplace({d[0]: DI, d[1]: DJ}))
         diag_entry = sp.simplify(sp.expand(explicit[1, 1]).coeff(sp.Symbol("x11")).xreplace({d[1]: DI}))
-        if diag_entry.free_symbols:
-            self._fail(label, f"{name}_ii = {diag_entry} is not a constant")
+        if diag_entry.free_symbols - {DI}:
+            self._fail(label, f"{name}_ii = {diag_entry} is not a function of d_i")
         definition = PairwiseDef(name, D.name, entry, sp.sympify(diag_entry), origin=label,
                                  meaning=f"entries of the terms D^a {X.name} D^b divided by {X.name}")
         E = PairwiseMatrix.define(definition, D.shape[0])
@@ -810,7 +880,8 @@ class Derivation:
         self._record("part", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
-    def gauge(self, label: str, parameter: MatrixSymbol, directions: dict, fix: tuple) -> Equation:
+    def gauge(self, label: str, parameter: MatrixSymbol, directions: dict, fix: tuple,
+              name: str | None = None) -> Equation:
         """A continuous gauge freedom of the outputs and the condition that fixes it.
 
         ``directions`` maps outputs to their tangent along the gauge (``U -> U Θ``, ``V -> V Θ``)
@@ -824,10 +895,23 @@ class Derivation:
         Records: a ``gauge`` step per identity (unchanged along the gauge) and one for the gauge
         choice; :meth:`derive_vjp` adds the gauge residual step.  Numeric check: every identity,
         differentiated along the gauge direction, vanishes; the sampler's path satisfies the fixing
-        condition.  Symbolic check: none.
+        condition.  Symbolic check: none; for a parameter inside clusters (``within=K``), the step that
+        shows ``D Ω = Ω D`` is checked on an explicit degenerate ``D``.
+
+        ``name`` names the residual's generated function (default: ``phase`` for an imaginary
+        diagonal parameter, ``clusters`` for one within a cluster indicator).
         """
-        self.gauge_parameter = parameter
-        self.gauge_directions = {out.name: expr for out, expr in directions.items()}
+        clustered = self.structure.clustered.get(parameter.name)
+        if name is None:
+            name = "clusters" if clustered else ("phase" if parameter.name in self.structure.diagonal else parameter.name.lower())
+        if any(g.name == name for g in self.gauges):
+            self._fail(label, f"a gauge named {name!r} is declared twice")
+        self.gauges.append(Gauge(name, label, parameter, {out.name: expr for out, expr in directions.items()}))
+        if clustered:
+            self._commutes_inside_clusters(label, parameter, clustered)
+            # the identities move along U (K ∘ Ω): zero on the (non-degenerate) instances
+            inside = HadamardProduct(PairwiseMatrix(clustered, *parameter.shape), parameter)
+            directions = {out: expr.xreplace({parameter: inside}) for out, expr in directions.items()}
         moved = {self.tangents[out.name].name: expr for out, expr in directions.items()}
         for s in self.inputs + self.outputs:  # the inputs, and the outputs not in the gauge, stay
             moved.setdefault(self.tangents[s.name].name, ZeroMatrix(*s.shape))
@@ -845,6 +929,25 @@ class Derivation:
         self._record("gauge", f"gauge choice: {fixed}", fixed, check=_equation_check(fixed),
                      note="the reference forward of the audit is aligned to this gauge")
         return fixed
+
+    def _commutes_inside_clusters(self, label, parameter, indicator):
+        """The rotations inside clusters leave ``A U = U D`` unchanged because ``D Ω = Ω D`` for an
+        ``Ω`` supported on the clusters of ``D``: checked on explicit 3×3 matrices with ``d_0 = d_1``
+        and ``Ω`` supported on that pair (the audit's instances are not degenerate)."""
+        D = MatrixSymbol(self.pairwise[indicator].diagonal_of, parameter.shape[0], parameter.shape[0])
+        eq = Equation(self._norm(D * parameter - parameter * D), ZeroMatrix(*parameter.shape))
+
+        def symbolic(env, eq=eq):
+            n = env[parameter.name].rows  # the explicit size of this derivation's symbolic checks
+            d0 = sp.Symbol("d0", real=True)
+            w = sp.Symbol("omega", real=True)
+            env = dict(env)
+            env[D.name] = sp.diag(d0, d0, *[sp.Symbol(f"d{i}", real=True) for i in range(2, n)])
+            env[parameter.name] = sp.Matrix(n, n, lambda i, j: w if (i, j) == (0, 1) else (-w if (i, j) == (1, 0) else 0))
+            return _explicit(eq.lhs, env) - _explicit(eq.rhs, env)
+
+        self._record("gauge", f"{label}: D Ω = Ω D inside the clusters of {D.name}", eq, check=None,
+                     symbolic=symbolic, note="shown on an explicit degenerate D; the instances are not degenerate")
 
     def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
@@ -870,13 +973,15 @@ class Derivation:
         return new
 
     def solve_offdiagonal(self, eq: Equation, unknown: MatrixSymbol, gaps: PairwiseMatrix,
-                          name: str, *, diagonal: Equation | None = None,
+                          name: str, *, diagonal: Equation | None = None, clusters: "PairwiseMatrix | None" = None,
                           label=None) -> tuple[Equation, PairwiseMatrix]:
         """Solve ``c E ∘ X + R = 0`` (plus diagonal terms) off the diagonal:
         ``X = F ∘ R + diag(X)`` with ``F_ij = -1/(c E_ij)`` off the diagonal, ``F_ii = 0``.
 
         ``diag(X)`` is zero for a skew ``X``; otherwise ``diagonal`` gives it
-        (an equation ``diag(X) = ...``).
+        (an equation ``diag(X) = ...``).  ``clusters=K``: inside the clusters of equal values
+        ``E_ij = 0`` and the equation leaves ``X_ij`` free (a gauge declared ``within=K``); ``F`` is
+        zero there, the gauge's fixing condition ``K ∘ X = 0``.
 
         Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
         Symbolic check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
@@ -905,8 +1010,18 @@ class Derivation:
         if sp.simplify(gdef.diagonal_value) != 0:
             self._fail(label, f"{gaps.name}_ii = {gdef.diagonal_value} is not zero")
         expr = sp.simplify(-1 / (c * gdef.expr))
+        zero_on = None
+        if clusters is not None:
+            if not (isinstance(clusters, PairwiseMatrix) and clusters.definition.is_indicator
+                    and clusters.definition.diagonal_of == gdef.diagonal_of):
+                self._fail(label, f"clusters= needs the cluster indicator of {gdef.diagonal_of} (d.clusters)")
+            if sp.simplify(gdef.expr.xreplace({DJ: DI})) != 0:
+                self._fail(label, f"{gaps.name}_ij = {gdef.expr} does not vanish for d_i = d_j: no gauge inside clusters")
+            zero_on = clusters.name
         definition = PairwiseDef(name, gdef.diagonal_of, expr, sp.Integer(0), origin=label,
-                                 meaning=f"-1/({c}·{gaps.name}_ij) off the diagonal, 0 on it")
+                                 meaning=f"-1/({c}·{gaps.name}_ij) off the diagonal, 0 on it"
+                                 + (f" and inside the clusters of {gdef.diagonal_of}" if zero_on else ""),
+                                 zero_on=zero_on)
         F = PairwiseMatrix.define(definition, unknown.shape[0])
         self.pairwise[name] = definition
         R = algebra.build(rest, unknown.shape)
@@ -923,6 +1038,60 @@ class Derivation:
         self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
                      note=f"{name}_ij = {expr}, {name}_ii = 0")
         return new, F
+
+    def solve_hadamard(self, eq: Equation, unknown: MatrixSymbol, E: PairwiseMatrix, name: str, *,
+                       label=None) -> tuple[Equation, PairwiseMatrix]:
+        """Solve ``c E ∘ X + R = 0`` entrywise, the diagonal included: ``X = F ∘ R`` with
+        ``F_ij = -1/(c E_ij)`` (``E_ij = s_i + s_j`` in the SVD).  ``F`` is zero where ``E_ij``
+        vanishes (a pair of zero singular values): there the equation leaves ``X_ij`` free.
+
+        Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
+        Symbolic check: ``-F ∘ (old residual)`` equals the new residual on explicit matrices.
+        """
+        label = label or f"solve {E.name} ∘ {unknown.name} = ... entrywise"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        had = [(c, fs) for c, fs in res if len(fs) == 1 and isinstance(fs[0], HadamardProduct)
+               and E in fs[0].args and unknown in fs[0].args]
+        if len(had) != 1:
+            self._fail(label, f"no term {E.name} ∘ {unknown.name} in {eq}")
+        c = had[0][0]
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) != had[0]]
+        if any(unknown.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{unknown.name} also appears outside {E.name} ∘ {unknown.name}")
+        edef = E.definition
+        if sp.simplify(edef.diagonal_value) == 0:
+            self._fail(label, f"{E.name}_ii = 0: solve the diagonal separately (solve_offdiagonal)")
+        expr = sp.simplify(-1 / (c * edef.expr))
+        definition = PairwiseDef(name, edef.diagonal_of, expr, sp.simplify(-1 / (c * edef.diagonal_value)),
+                                 origin=label, meaning=f"-1/({c}·{E.name}_ij), the diagonal included",
+                                 zero_on=edef.name)
+        F = PairwiseMatrix.define(definition, unknown.shape[0])
+        self.pairwise[name] = definition
+        sol = HadamardProduct(F, algebra.build(rest, unknown.shape))
+        new = Equation(unknown, self._norm(sol))
+
+        def symbolic(env, old=eq, new=new):
+            Fm = _explicit(F, env)
+            return -Fm.multiply_elementwise(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
+
+        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
+                     note=f"{name}_ij = {expr}, {name}_ii = {definition.diagonal_value}")
+        return new, F
+
+    def subtract(self, first: Equation, second: Equation, label=None) -> Equation:
+        """The difference of two equations.
+
+        Records: an ``add`` step.  Numeric check: the residual of the difference.  Symbolic check:
+        the difference of the old residuals equals the new one.
+        """
+        label = label or "subtract the equations"
+        new = self._eq(first.lhs - second.lhs, first.rhs - second.rhs)
+
+        def symbolic(env, new=new):
+            return _explicit(first.residual_expr, env) - _explicit(second.residual_expr, env) - _explicit(new.residual_expr, env)
+
+        self._record("add", label, new, check=_equation_check(new), symbolic=symbolic)
+        return new
 
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
         """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``.
@@ -1152,8 +1321,8 @@ class Derivation:
                          symbolic=_same_value_symbolic(code[k], raw[k]))
         self.vjp = Rule(raw, code)
         self.real_vjp = self._specialize("VJP", raw)
-        if self.gauge_parameter is not None:
-            self._gauge_residual()
+        for g in self.gauges:
+            self._gauge_residual(g)
 
     def _adjoint_steps(self):
         """The transposition treats the projections ``diag``, ``sym``, ``skew``, ``Φ``, ``tril₋`` as
@@ -1167,12 +1336,12 @@ class Derivation:
                          symbolic=_adjoint_symbolic(node, self.structure.complex),
                          note="the transposition rule the VJP uses for this projection")
 
-    def _gauge_residual(self):
+    def _gauge_residual(self, gauge: "Gauge"):
         """``R`` with ``<R, Θ> = Σ <g_out, direction_out(Θ)>`` for all ``Θ`` of the parameter's
         structure: the derivative of the loss along the gauge.  A well-defined loss has ``R = 0``."""
-        T = self.gauge_parameter
+        T = gauge.parameter
         parts = []
-        for out_name, direction in self.gauge_directions.items():
+        for out_name, direction in gauge.directions.items():
             g = self.cotangents[out_name]
             for _, ps in algebra.transpose_linear(direction, {T.name}, g, self.structure).items():
                 parts.extend(ps)
@@ -1182,13 +1351,17 @@ class Derivation:
         # the projection onto the parameter's structure (<R, Θ> only sees that part of R)
         projected = Skew(total) if T.name in self.structure.skew else total
         projected = DiagPart(projected) if T.name in self.structure.diagonal else projected
+        if T.name in self.structure.clustered:
+            K = PairwiseMatrix(self.structure.clustered[T.name], *T.shape)
+            projected = HadamardProduct(K, projected)
         raw = self._norm(projected)
-        eq = Equation(MatrixSymbol("R", *T.shape), raw)
-        self._record("gauge", f"gauge residual R = {raw}: the loss's derivative along the gauge", eq,
-                     check=_gauge_check(self, raw), symbolic=_gauge_symbolic(self, raw),
+        name = gauge.residual_name
+        eq = Equation(MatrixSymbol(name, *T.shape), raw)
+        self._record("gauge", f"gauge residual {name} = {raw}: the loss's derivative along '{gauge.label}'", eq,
+                     check=_gauge_check(self, gauge, raw), symbolic=_gauge_symbolic(self, gauge, raw),
                      note="<R, Θ> = Σ <g_out, d_out(Θ)> for a random Θ; a well-defined loss has R = 0")
-        code = {"R": algebra.simplify_for_codegen(raw, self.structure)}
-        self.gauge_rule = Rule({"R": raw}, code)
+        code = {name: algebra.simplify_for_codegen(raw, self.structure)}
+        self.gauge_rules[gauge.name] = Rule({name: raw}, code)
 
     def _lowrank(self, s, unprojected, k, projected):
         """Split every monomial at its last inner dimension ``k``: ``c F1..Fj (Fj+1..Fp)`` with
@@ -1384,7 +1557,7 @@ def _real_only_symbolic(a, b):
     return symbolic
 
 
-def _gauge_check(d: Derivation, rexpr):
+def _gauge_check(d: Derivation, gauge: "Gauge", rexpr):
     def check(ctx):
         import numpy as np
 
@@ -1392,11 +1565,12 @@ def _gauge_check(d: Derivation, rexpr):
 
         env = dict(ctx.env)
         env.update(ctx.cotangents)
-        T = env[d.gauge_parameter.name]
+        env["__cluster_pattern__"] = True  # the residual's transposition, with some pairs in clusters
+        T = env[gauge.parameter.name]
         lhs = float(np.real(np.vdot(evaluate(rexpr, env, ctx.dims), T)))
         parts = [abs(lhs)]
         rhs = 0.0
-        for out_name, direction in d.gauge_directions.items():
+        for out_name, direction in gauge.directions.items():
             v = float(np.real(np.vdot(env["g" + out_name], evaluate(direction, env, ctx.dims))))
             rhs += v
             parts.append(abs(v))
@@ -1405,11 +1579,17 @@ def _gauge_check(d: Derivation, rexpr):
     return check
 
 
-def _gauge_symbolic(d: Derivation, rexpr):
+def _gauge_symbolic(d: Derivation, gauge: "Gauge", rexpr):
     def symbolic(env):
-        T = env[d.gauge_parameter.name]
+        env = dict(env)
+        T = env[gauge.parameter.name]
+        if gauge.parameter.name in d.structure.clustered:  # supported on a cluster pattern
+            env["__cluster_pattern__"] = True
+            mask = sp.Matrix(T.rows, T.cols, lambda i, j: 1 if (i, j) in ((0, 1), (1, 0)) else 0)
+            T = T.multiply_elementwise(mask)
+            env[gauge.parameter.name] = T
         lhs = (_explicit(rexpr, env).H * T).trace()
-        rhs = sum(((env["g" + o].H * _explicit(e, env)).trace() for o, e in d.gauge_directions.items()), 0)
+        rhs = sum(((env["g" + o].H * _explicit(e, env)).trace() for o, e in gauge.directions.items()), 0)
         return sp.Matrix([[_real_part(lhs - rhs)]])
 
     return symbolic

@@ -81,12 +81,32 @@ class _Numpy:
         return out
 
     @staticmethod
-    def pairwise(definition, d, free=False):
+    def clusters(d, pattern=False):
+        """The cluster indicator: equal entries (relative 1e-9), or with ``pattern`` the fixed pair
+        (0, 1) (checks of an identity that is linear in the indicator, on non-degenerate instances)."""
+        n = d.size
+        if pattern:
+            K = np.zeros((n, n))
+            if n > 1:
+                K[0, 1] = K[1, 0] = 1
+            return K
+        scale = max(float(np.abs(d).max()) if n else 0.0, 1.0)
+        K = (np.abs(d[:, None] - d[None, :]) <= 1e-9 * scale).astype(float)
+        np.fill_diagonal(K, 0)
+        return K
+
+    @staticmethod
+    def pairwise(definition, d, free=False, pattern=False):
+        if definition.is_indicator:
+            return _Numpy.clusters(d, pattern)
         f = _lambdified(definition.expr)
         di, dj = d[:, None], d[None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
             out = np.asarray(f(di, dj), dtype=float) * np.ones((d.size, d.size))
-        np.fill_diagonal(out, float(definition.diagonal_value))
+            diag = sp.sympify(definition.diagonal_value)
+            np.fill_diagonal(out, _lambdified(diag)(d, d) * np.ones(d.size) if diag.free_symbols else float(diag))
+        if definition.zero_on is not None:
+            out[_Numpy.clusters(d, pattern) > 0] = 0
         return out
 
 
@@ -136,8 +156,11 @@ class _Sympy:
         raise NotExplicit("the projected shifted solve has no explicit symbolic form")
 
     @staticmethod
-    def pairwise(definition, d, free=False):
+    def pairwise(definition, d, free=False, pattern=False):
         n = len(d)
+        if definition.is_indicator:
+            return sp.Matrix(n, n, lambda i, j: 0 if i == j else (
+                (1 if {i, j} == {0, 1} else 0) if pattern else definition.expr.xreplace({DI: d[i], DJ: d[j]})))
         if free:
             # entries as free symbols carrying only the (anti)symmetry of the formula: enough for
             # steps that use nothing else about F, and polynomial, so cheap to simplify
@@ -145,7 +168,7 @@ class _Sympy:
 
             def entry(i, j):
                 if i == j:
-                    return definition.diagonal_value
+                    return sp.sympify(definition.diagonal_value).xreplace({DI: d[i]})
                 if sign is None or i < j:
                     return sp.Symbol(f"{definition.name}_{i}{j}", real=True)
                 return sign * sp.Symbol(f"{definition.name}_{j}{i}", real=True)
@@ -154,7 +177,7 @@ class _Sympy:
         return sp.Matrix(
             n,
             n,
-            lambda i, j: definition.diagonal_value
+            lambda i, j: sp.sympify(definition.diagonal_value).xreplace({DI: d[i]})
             if i == j
             else definition.expr.xreplace({DI: d[i], DJ: d[j]}),
         )
@@ -175,7 +198,8 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
     def ev(e):
         if isinstance(e, PairwiseMatrix):
             d = e.definition
-            return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]), free=env.get("__pairwise_free__", False))
+            return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]), free=env.get("__pairwise_free__", False),
+                                  pattern=env.get("__cluster_pattern__", False))
         if isinstance(e, MatrixSymbol):
             if e.name not in env:
                 raise KeyError(f"no value for symbol {e.name}")

@@ -20,6 +20,7 @@ from sympy import Basic
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 __all__ = [
+    "SameCluster",
     "ShiftedSolve",
     "DiagPart",
     "LowerHalf",
@@ -149,6 +150,25 @@ class ShiftedSolve(MatrixExpr):
         return f"S[{printer._print(A)} - {shift}; {printer._print(U)}]({printer._print(self.arg)})"
 
 
+class SameCluster(sp.Function):
+    """``SameCluster(d_i, d_j)``: 1 when the two eigenvalues (singular values) belong to one cluster
+    of equal values, else 0 -- the entries of the cluster indicator ``K`` (zero on the diagonal).
+
+    Generated code evaluates it with a relative tolerance (:mod:`adjointgen.runtime.degeneracy`);
+    the engine uses only that it is symmetric and vanishes unless ``d_i = d_j``."""
+
+    is_real = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if a == b:
+            return sp.Integer(1)
+        if sp.default_sort_key(a) > sp.default_sort_key(b):  # symmetric: one canonical order
+            return cls(b, a)
+        return None
+
+
 @dataclass(frozen=True)
 class PairwiseDef:
     """Entry formula of a pairwise matrix ``F_ij = expr(d_i, d_j)`` for ``i != j``.
@@ -168,6 +188,14 @@ class PairwiseDef:
     diagonal_value: sp.Expr
     origin: str
     meaning: str
+    #: the cluster indicator on whose pairs this matrix is zero (a reciprocal gap inside a cluster
+    #: of equal values, where the equation it solves leaves the unknown free: a gauge)
+    zero_on: str | None = None
+
+    @property
+    def is_indicator(self) -> bool:
+        """A cluster indicator ``K`` (entries :class:`SameCluster`)."""
+        return isinstance(self.expr, SameCluster)
 
     @property
     def swapped(self) -> sp.Expr:
@@ -176,7 +204,7 @@ class PairwiseDef:
 
     @property
     def is_antisymmetric(self) -> bool:
-        return sp.simplify(self.expr + self.swapped) == 0 and self.diagonal_value == 0
+        return sp.simplify(self.expr + self.swapped) == 0 and sp.sympify(self.diagonal_value) == 0
 
     @property
     def is_symmetric(self) -> bool:
@@ -228,6 +256,8 @@ class Structure:
     #: name -> name of the matrix M with ``X^T M X = I`` (``None`` for ``M = I``)
     orthonormal: dict[str, str | None] = field(default_factory=dict)
     complex: bool = False
+    #: gauge parameter -> the cluster indicator ``K`` it is supported on (``Ω = K ∘ Ω``)
+    clustered: dict[str, str] = field(default_factory=dict)
     #: lower / upper triangular symbols; ``unit``: unit diagonal, ``strict``: zero diagonal
     lower: set[str] = field(default_factory=set)
     upper: set[str] = field(default_factory=set)
@@ -240,7 +270,7 @@ class Structure:
     def real(self) -> "Structure":
         """The same declarations for real matrices (the specialisation of a complex rule)."""
         return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False,
-                         set(self.lower), set(self.upper), set(self.unit), set(self.strict))
+                         dict(self.clustered), set(self.lower), set(self.upper), set(self.unit), set(self.strict))
 
     def triangle(self, name: str) -> tuple[str, str] | None:
         """``(side, diagonal)`` of a triangular symbol: side ``lower``/``upper``, diagonal

@@ -84,6 +84,9 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
     path = Path(path).resolve()
     start = len(Derivation.created)
     folder = str(path.parent)
+    helpers = {p.stem for p in path.parent.glob("_*.py")}
+    for name in helpers:  # a helper of another project's derivations folder may be cached
+        sys.modules.pop(name, None)
     sys.path.insert(0, folder)
     try:
         ns = runpy.run_path(str(path), run_name=f"adjointgen_derivation_{path.stem}")
@@ -101,6 +104,8 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
     finally:
         del Derivation.created[start:]
         sys.path.remove(folder)
+        for name in helpers:
+            sys.modules.pop(name, None)
     found = [v for v in ns.values() if isinstance(v, Derivation)]
     if len(found) != 1:
         raise DerivationError(f"{path}: a derivation file must define exactly one Derivation (found {len(found)})")

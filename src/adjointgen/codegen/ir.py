@@ -23,6 +23,7 @@ OPS = {
     "diag_mul": "diag(a) @ diag(b) as vectors",
     "diagonal": "the diagonal of a matrix, as a vector",
     "reciprocal": "1/d for a diagonal stored as the vector d",
+    "reciprocal_masked": "1/d, and 0 where d vanishes (singular values; relative tolerance cluster_rtol)",
     "skew": "(a - a^T)/2",
     "sym": "(a + a^T)/2",
     "pairwise_mul": "F(d) ∘ a for a pairwise matrix F of the vector d",
@@ -40,6 +41,26 @@ OPS = {
     "solve_right_lu": "a A^-1 (a A^-H with adjoint) through the saved LU factors (or A itself)",
     "inverse": "a^-1 on its own (structure: lower/upper triangular or general)",
 }
+
+
+@dataclass(frozen=True)
+class ResidualIR:
+    """One gauge residual a checked backward evaluates and hands to a runtime check.
+
+    ``gauge`` is ``phase`` (:func:`adjointgen.runtime.gauge.check`) or ``clusters``
+    (:func:`adjointgen.runtime.degeneracy.check`, with the cluster mask of ``vector``, the cotangent
+    ``split`` of that vector's output, and ``what`` the vector holds)."""
+
+    gauge: str
+    output: str
+    cotangents: tuple[str, ...]
+    vector: str | None = None
+    split: str | None = None
+    what: str = "eigenvalues"
+
+
+#: parameter roles that are keyword arguments with default ``None`` in generated rule functions
+OPTIONAL_ROLES = ("factor", "mask", "option")
 
 
 @dataclass(frozen=True)
@@ -84,6 +105,21 @@ class PairwiseFn:
     diagonal: sp.Expr
     antisymmetric: bool
     origin: str
+    #: the entries are a cluster indicator (1 inside clusters of equal values), not a formula
+    indicator: bool = False
+    #: zero inside the clusters of equal values (a reciprocal gap the gauge leaves free)
+    masked: bool = False
+    #: the Lorentzian broadening of a masked matrix, ``num den / (den^2 + broadening)``
+    broadened: sp.Expr | None = None
+
+    @property
+    def needs_clusters(self) -> bool:
+        return self.indicator or self.masked
+
+    @property
+    def mask_param(self) -> str:
+        """The rule parameter holding the cluster mask of this matrix's vector."""
+        return f"{self.vector}_clusters"
 
 
 @dataclass(frozen=True)
@@ -104,14 +140,19 @@ class RuleIR:
 
     @property
     def signature(self) -> str:
-        """The parameter list; the factorizations a forward saves are optional (``None``: solve with
-        the matrix itself)."""
-        return ", ".join(p.name + ("=None" if p.role == "factor" else "") for p in self.params)
+        """The parameter list.  Optional (default ``None``): the factorizations a forward saves
+        (``None``: solve with the matrix itself), the cluster masks (``None``: detected with the
+        default tolerance) and the broadening of reciprocal gaps (``None``: none)."""
+        return ", ".join(p.name + ("=None" if p.role in OPTIONAL_ROLES else "") for p in self.params)
 
     @property
     def arguments(self) -> str:
-        """The call of the rule from the autograd function (factorizations passed by keyword)."""
-        return ", ".join(f"{p.name}={p.name}" if p.role == "factor" else p.name for p in self.params)
+        """The call of the rule from the autograd function (optional parameters by keyword)."""
+        return ", ".join(f"{p.name}={p.name}" if p.role in OPTIONAL_ROLES else p.name for p in self.params)
+
+    @property
+    def required(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.role not in OPTIONAL_ROLES)
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -172,6 +213,9 @@ class PublicIR:
     checked_by_forward: tuple[str, ...]
     #: ((LU, pivots) parameter names): what the torch forward returns after the outputs
     saved_factors: tuple[tuple[str, str], ...] = ()
+    #: the operation has clusters of equal values: keyword options ``cluster_rtol``, ``broadening``
+    degeneracy: bool = False
+    degeneracy_options: tuple[tuple[str, str], ...] = (("cluster_rtol", "None"), ("broadening", "None"))
 
     @property
     def factor_names(self) -> tuple[str, ...]:
@@ -184,6 +228,19 @@ class PublicIR:
     @property
     def option_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.options)
+
+    @property
+    def signature_names(self) -> tuple[str, ...]:
+        return self.input_names + tuple(name for name, _ in self.all_options)
+
+    @property
+    def forward_option_count(self) -> int:
+        return len(self.options)
+
+    @property
+    def all_options(self) -> tuple[tuple[str, str], ...]:
+        """The public function's keyword options: the forward's, then the degeneracy options."""
+        return self.options + (self.degeneracy_options if self.degeneracy else ())
 
     @property
     def saved(self) -> tuple[str, ...]:
@@ -233,6 +290,15 @@ class OperationIR:
     vjp_complex_checked: RuleIR | None = None
     #: the declared forward and the public function (``None``: no forward was declared)
     public: PublicIR | None = None
+    #: every gauge residual function (``<op>_gauge`` for the phases, ``<op>_gauge_<name>``)
+    gauge_rules: tuple["RuleIR", ...] = ()
+    #: the real VJP and the residuals that apply to real data, in one function
+    vjp_checked: "RuleIR | None" = None
+    #: the residuals of the checked VJPs (real, complex), in their output order
+    residuals_real: tuple[ResidualIR, ...] = ()
+    residuals_complex: tuple[ResidualIR, ...] = ()
+    #: vectors whose cluster masks the rules take (``w`` for eigh)
+    cluster_vectors: tuple[str, ...] = ()
 
     @property
     def complex(self) -> bool:
@@ -240,8 +306,18 @@ class OperationIR:
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:
-        extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, self.gauge, self.vjp_complex_checked)
+        extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, *self.gauge_rules, self.vjp_checked,
+                 self.vjp_complex_checked)
         return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None)
+
+    @property
+    def uses_clusters(self) -> bool:
+        """The rules treat degenerate spectra (masked gaps, cluster residuals, masked 1/s)."""
+        return any(p.name == "cluster_rtol" for r in self.rules for p in r.params)
+
+    @property
+    def uses_broadening(self) -> bool:
+        return any(p.masked for p in self.pairwise)
 
     @property
     def uses_lu_solve(self) -> bool:
@@ -255,8 +331,11 @@ class OperationIR:
     def kernel_variants(self) -> tuple[tuple[str, str], ...]:
         """(pairwise function name, fused part) for every fused elementwise kernel used."""
         seen = set()
+        indicators = {p.name for p in self.pairwise if p.indicator}
         for rule in self.rules:
             for v in rule.kernels:
+                if v.attr("fn") in indicators:
+                    continue  # a cluster indicator is a mask, not a formula: no kernel
                 part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
                 seen.add((v.attr("fn"), part))
                 if rule.complex and part != "none":

@@ -24,7 +24,7 @@ from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
 from ..calculus.nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
-from .ir import ForwardIR, InputIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR, RuleIR, Value
+from .ir import ForwardIR, InputIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR, ResidualIR, RuleIR, Value
 
 #: sizes used only to choose the order of matrix chains
 REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
@@ -46,13 +46,18 @@ class _Inverse:
 
 class _Builder:
     def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str],
-                 structure=None, factorized: dict | None = None):
+                 structure=None, factorized: dict | None = None, pairwise_fns: dict | None = None,
+                 output_vectors: set | None = None):
         self.params = params  # symbol name -> Param
         self.pairwise_names = pairwise_names  # pairwise symbol -> function name
         self.vector_of = vector_of  # pairwise symbol -> param name of its diagonal vector
         self.structure = structure  # the derivation's declared structure (triangular factors)
         self.factorized = factorized or {}  # input symbol -> (LU, pivots) parameter names
         self.factors_used: set[str] = set()
+        self.pairwise_fns = pairwise_fns or {}  # pairwise symbol -> PairwiseFn
+        self.output_vectors = output_vectors or set()  # diagonal outputs, stored as vectors
+        self.masks_used: set[str] = set()  # vectors whose cluster masks the rule takes
+        self.broadening_used = False
         self.values: list[Value] = []
         self.by_key: dict[tuple, str] = {}
 
@@ -78,6 +83,10 @@ class _Builder:
         self.values.append(Value(name, op, tuple(args), kind, tuple(attrs)))
         self.by_key[key] = name
         return name
+
+    def is_output_vector(self, name) -> bool:
+        """``name`` is a diagonal output of the operation (singular values, eigenvalues)."""
+        return name in self.output_vectors
 
     def kind(self, name):
         if name == "None":
@@ -120,14 +129,26 @@ class _Builder:
             fn = self.pairwise_names[pw[0].name]
             vec = self.vector_of[pw[0].name]
             x = other[0]
+            extra = ""
+            pf = self.pairwise_fns.get(pw[0].name)
+            if pf is not None and pf.needs_clusters:
+                self.masks_used.add(pf.vector)
+                extra = ", rtol=cluster_rtol"
+                if pf.masked:
+                    self.broadening_used = True
+                    extra += ", broadening=broadening"
+            attrs = [("fn", fn), ("extra", extra)]
             if isinstance(x, Skew):
-                return self.emit("pairwise_mul_skew", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
+                return self.emit("pairwise_mul_skew", [vec, self.lower(x.arg)], "matrix", attrs)
             if isinstance(x, Sym):
-                return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", [("fn", fn)])
-            return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", [("fn", fn)])
+                return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", attrs)
+            return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", attrs)
         if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
             inner = self.lower(e.args[0])
             if self.kind(inner) == "diag":
+                if self.is_output_vector(inner):  # singular values may vanish: 1/s is taken as 0 there
+                    self.masks_used.add(inner)
+                    return self.emit("reciprocal_masked", [inner], "diag")
                 return self.emit("reciprocal", [inner], "diag")
             # an inverse on its own (not a factor of a product, where it becomes a solve)
             return self.emit("inverse", [inner], "matrix", [("structure", self.triangle(e.args[0]))])
@@ -311,6 +332,9 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
     pdef = d.pairwise[name]
     expr = sp.simplify(pdef.expr)
     num, den = sp.fraction(sp.together(expr))
+    if pdef.zero_on is not None and sp.sympify(pdef.diagonal_value) != 0 and sp.simplify(den.xreplace({DJ: DI})) == 0:
+        raise LoweringError(f"{d.path}: {name} is zero where its denominator vanishes, which includes its "
+                            f"diagonal, but {name}_ii = {pdef.diagonal_value}")
     return PairwiseFn(
         name=f"{d.name}_{name}",
         symbol=name,
@@ -321,6 +345,9 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
         diagonal=pdef.diagonal_value,
         antisymmetric=pdef.is_antisymmetric,
         origin=pdef.origin,
+        indicator=pdef.is_indicator,
+        masked=pdef.zero_on is not None,
+        broadened=(num * den / (den ** 2 + sp.Symbol("broadening", positive=True))) if pdef.zero_on else None,
     )
 
 
@@ -343,17 +370,20 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     real_vjp = d.real_vjp or d.vjp
     if d.real_jvp is not None:
         factor_exprs += [*real_jvp.code.values(), *real_vjp.code.values()]
-    if d.gauge_rule is not None:
-        factor_exprs += list(d.gauge_rule.code.values())
+    residuals = _residuals(d)
+    for _, _, (raw, code), real in residuals:
+        factor_exprs += [code] + ([real[1]] if real is not None else [])
     used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)})
     pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
     vector_of = {p.symbol: p.vector for p in pairwise}
+    pw_fns = {p.symbol: p for p in pairwise}
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
-        b = _Builder(params, pw_names, vector_of, d.structure, factorized)
+        b = _Builder(params, pw_names, vector_of, d.structure, factorized, pw_fns,
+                     {api[o.name] for o in d.outputs if o.name in d.structure.diagonal})
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):
@@ -362,10 +392,13 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         factor_params = tuple(Param(name, sym, kind, "factor") for sym, names in sorted(factorized.items())
                               if params.get(sym) is not None and params[sym].name in b.factors_used
                               for name, kind in zip(names, ("lu", "pivots")))
+        option_params = (Param("cluster_rtol", "__cluster_rtol", "option", "option"),) if b.masks_used else ()
+        option_params += (Param("broadening", "__broadening", "option", "option"),) if b.broadening_used else ()
+        mask_params = ()
         return RuleIR(
             name=f"{d.name}_{kind_}{suffix}",
             kind=kind_,
-            params=tuple(params.values()) + factor_params,
+            params=tuple(params.values()) + factor_params + mask_params + option_params,
             outputs=tuple(outs),
             values=tuple(b.values),
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
@@ -410,13 +443,45 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     if d.real_jvp is not None:
         jvp_complex = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
         vjp_complex = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw, True, "_complex")
-    if d.gauge_rule is not None:
-        gauge_params = {k: v for k, v in vjp_params.items()
-                        if k in {x.name for e in d.gauge_rule.code.values() for x in e.atoms(MatrixSymbol)}}
-        gauge = rule("gauge", d.gauge_rule.code, gauge_params, {"R": "residual"}, d.gauge_rule.raw, True)
-        # the VJP and the residual in one function: they share U^T gU, V^T gV
-        checked = rule("vjp", {**d.vjp.code, **d.gauge_rule.code}, vjp_params, {**vjp_out, "R": "residual"},
-                       {**d.vjp.raw, **d.gauge_rule.raw}, True, "_complex_checked")
+    gauge_rules = []
+    checked_real = None
+    residuals_real, residuals_complex = [], []
+    real_codes, real_raws, complex_codes, complex_raws, out_real, out_complex = {}, {}, {}, {}, {}, {}
+    for gauge_name, res_name, (raw, code), real in residuals:
+        out = "residual" if gauge_name == "phase" else f"residual_{gauge_name}"
+        exprs_ = [code] + ([real[1]] if real else [])
+        symbols = {x.name for e in exprs_ for x in e.atoms(MatrixSymbol)}
+        symbols |= {x.definition.diagonal_of for e in exprs_ for x in e.atoms(PairwiseMatrix)}  # their vectors
+        gauge_params = {k: v for k, v in vjp_params.items() if k in symbols}
+        indicators = [p for p in code.atoms(PairwiseMatrix) if p.definition.is_indicator]
+        vector = split = None
+        what = "eigenvalues"
+        if indicators:
+            diag = indicators[0].definition.diagonal_of
+            vector = api[diag]
+            split = "g" + vector if ("g" + diag) in vjp_params else None
+            what = d.cluster_meaning.get(indicators[0].name, "eigenvalues")
+        info = ResidualIR(gauge_name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
+                          vector, split, what)
+        suffix = "" if gauge_name == "phase" else f"_{gauge_name}"
+        if d.structure.complex:
+            gauge_rules.append(rule("gauge", {res_name: code}, gauge_params, {res_name: out}, {res_name: raw}, True,
+                                    suffix + ("_complex" if real is not None else "")))
+            complex_codes[res_name], complex_raws[res_name], out_complex[res_name] = code, raw, out
+            residuals_complex.append(info)
+        if real is not None:
+            gauge_rules.append(rule("gauge", {res_name: real[1]}, gauge_params, {res_name: out}, {res_name: real[0]},
+                                    False, suffix))
+            real_codes[res_name], real_raws[res_name], out_real[res_name] = real[1], real[0], out
+            residuals_real.append(info)
+    if complex_codes:
+        # the VJP and the residuals in one function: they share U^T gU, V^T gV
+        checked = rule("vjp", {**d.vjp.code, **complex_codes}, vjp_params, {**vjp_out, **out_complex},
+                       {**d.vjp.raw, **complex_raws}, True, "_complex_checked")
+    if real_codes:
+        checked_real = rule("vjp", {**real_vjp.code, **real_codes}, vjp_params, {**vjp_out, **out_real},
+                            {**real_vjp.raw, **real_raws}, False, "_checked")
+    gauge = next((r for r in gauge_rules if r.name == f"{d.name}_gauge"), None)
     vjp_factors = None
     if getattr(d, "vjp_factors", None):
         exprs, names = {}, {}
@@ -425,6 +490,8 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
             exprs[f"g{s.name}_L"], exprs[f"g{s.name}_R"] = L, R
             names[f"g{s.name}_L"], names[f"g{s.name}_R"] = f"g{api[s.name]}_left", f"g{api[s.name]}_right"
         vjp_factors = rule("vjp_factors", exprs, vjp_params, names, exprs)
+    degenerate = any(p.name == "cluster_rtol" for r in (jvp, vjp, jvp_complex, vjp_complex, checked, checked_real,
+                                                         *gauge_rules) if r is not None for p in r.params)
     return OperationIR(
         name=d.name,
         title=d.title,
@@ -444,11 +511,40 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         vjp_complex=vjp_complex,
         gauge=gauge,
         vjp_complex_checked=checked,
-        public=_public(d, api, outputs_sorted),
+        public=_public(d, api, outputs_sorted, degeneracy=degenerate),
+        gauge_rules=tuple(gauge_rules),
+        vjp_checked=checked_real,
+        residuals_real=tuple(residuals_real),
+        residuals_complex=tuple(residuals_complex),
+        cluster_vectors=tuple(sorted({p.vector for p in pairwise if p.needs_clusters})),
     )
 
 
-def _public(d: Derivation, api: dict, outputs_sorted) -> PublicIR | None:
+def _residuals(d: Derivation):
+    """(gauge name, residual name, (raw, code), (real raw, real code) or None) of every gauge; the
+    real specialisation is ``None`` where the residual vanishes on real data (the phases)."""
+    from ..calculus import algebra
+
+    out = []
+    for g in d.gauges:
+        rule_ = d.gauge_rules.get(g.name)
+        if rule_ is None:
+            continue
+        (name, raw), = rule_.raw.items()
+        code = rule_.code[name]
+        real = None
+        if d.structure.complex:
+            structure = d.structure.real()
+            real_raw = algebra.normalize(raw, structure)
+            if algebra.expand(real_raw, structure):
+                real = (real_raw, algebra.simplify_for_codegen(real_raw, structure))
+        else:
+            real = (raw, code)
+        out.append((g.name, name, (raw, code), real))
+    return out
+
+
+def _public(d: Derivation, api: dict, outputs_sorted, degeneracy: bool = False) -> PublicIR | None:
     """The forward and the checked public function, from the declared forward and structure."""
     spec = d.forward_spec
     if spec is None:
@@ -495,4 +591,5 @@ def _public(d: Derivation, api: dict, outputs_sorted) -> PublicIR | None:
         complex=d.field == "complex",
         checked_by_forward=spec.checked,
         saved_factors=tuple((f"{api.get(sym, sym)}_LU", f"{api.get(sym, sym)}_pivots") for sym, _ in spec.saves),
+        degeneracy=degeneracy,
     )

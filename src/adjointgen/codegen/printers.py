@@ -82,11 +82,12 @@ TORCH = ArrayPrinter(
         "diag_mul": "{0} * {1}",
         "diagonal": "{0}.diagonal(dim1=-2, dim2=-1)",
         "reciprocal": "{0}.reciprocal()",
+        "reciprocal_masked": "_degeneracy.reciprocal({0}, cluster_rtol)",
         "skew": "0.5 * ({0} - {0}.mT)",
         "sym": "0.5 * ({0} + {0}.mT)",
-        "pairwise_mul": "{fn}({0}) * {1}",
-        "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mT)",
-        "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mT)",
+        "pairwise_mul": "{fn}({0}{extra}) * {1}",
+        "pairwise_mul_skew": "{fn}({0}, 0.5{extra}) * ({1} - {1}.mT)",
+        "pairwise_mul_sym": "{fn}({0}, 0.5{extra}) * ({1} + {1}.mT)",
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
         "add_eye": "{0} + {coeff} * torch.eye({0}.shape[-1], dtype={0}.dtype, device={0}.device)",
         "lower_half": "{0}.tril(-1) + 0.5 * torch.diag_embed({0}.diagonal(dim1=-2, dim2=-1))",
@@ -115,8 +116,8 @@ TORCH = ArrayPrinter(
         "transpose": "{0}.mH",
         "skew": "0.5 * ({0} - {0}.mH)",
         "sym": "0.5 * ({0} + {0}.mH)",
-        "pairwise_mul_skew": "{fn}({0}, 0.5) * ({1} - {1}.mH)",
-        "pairwise_mul_sym": "{fn}({0}, 0.5) * ({1} + {1}.mH)",
+        "pairwise_mul_skew": "{fn}({0}, 0.5{extra}) * ({1} - {1}.mH)",
+        "pairwise_mul_sym": "{fn}({0}, 0.5{extra}) * ({1} + {1}.mH)",
         "diag_sym": "{0}.diagonal(dim1=-2, dim2=-1).real",
         "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).imag",
     },
@@ -135,11 +136,12 @@ XP = ArrayPrinter(
         "diag_mul": "{0} * {1}",
         "diagonal": "xp.diagonal({0}, axis1=-2, axis2=-1).copy()",
         "reciprocal": "1 / {0}",
+        "reciprocal_masked": "_reciprocal(xp, {0}, cluster_rtol)",
         "skew": "0.5 * ({0} - xp.swapaxes({0}, -1, -2))",
         "sym": "0.5 * ({0} + xp.swapaxes({0}, -1, -2))",
-        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none')",
-        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew')",
-        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym')",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none'{extra})",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew'{extra})",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym'{extra})",
         "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
         "add_eye": "{0} + {coeff} * xp.eye({0}.shape[-1], dtype={0}.dtype)",
         "lower_half": "xp.tril({0}, -1) + 0.5 * ({0} * xp.eye({0}.shape[-1], dtype={0}.dtype))",
@@ -169,9 +171,9 @@ XP = ArrayPrinter(
         "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",
         "skew": "0.5 * ({0} - xp.conj(xp.swapaxes({0}, -1, -2)))",
         "sym": "0.5 * ({0} + xp.conj(xp.swapaxes({0}, -1, -2)))",
-        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none', hermitian=True)",
-        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew', hermitian=True)",
-        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True)",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none', hermitian=True{extra})",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew', hermitian=True{extra})",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True{extra})",
         "diag_sym": "xp.diagonal({0}, axis1=-2, axis2=-1).real.copy()",
         "diag_skew": "1j * xp.diagonal({0}, axis1=-2, axis2=-1).imag",
     },
@@ -185,6 +187,13 @@ class _ScalarPython(PythonCodePrinter):
 
     def _print_Symbol(self, expr):
         return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp == 2:  # x*x: one multiply, and no pow kernel on tensors
+            b = self.parenthesize(base, 100)
+            return f"{b}*{b}"
+        return super()._print_Pow(expr, rational=rational)
 
 
 class _ScalarC(C99CodePrinter):

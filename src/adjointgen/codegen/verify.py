@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .ir import OPTIONAL_ROLES
+
 #: relative error allowed between a generated function and the derived expression (float64)
 TOLERANCE = 1e-8
 
@@ -45,8 +47,8 @@ def _is_complex(ctx) -> bool:
 
 
 def _value(env, param):
-    if param.role == "factor":
-        return None  # a saved factorization: the rules then solve with the matrix itself
+    if param.role in OPTIONAL_ROLES:
+        return None  # a saved factorization, a cluster mask, an option: the rules' defaults
     x = env[param.symbol]
     return np.diagonal(x).copy() if param.kind == "diag" else x
 
@@ -111,7 +113,7 @@ def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy)
                 continue
             env = dict(ctx.env)
             try:
-                got = fn(*[None if p.role == "factor" else to_array(_value(env, p)) for p in rule.params])
+                got = fn(*[None if p.role in OPTIONAL_ROLES else to_array(_value(env, p)) for p in rule.params])
             except Exception as exc:
                 problems.append(f"{path}: {rule.name} raised {type(exc).__name__}: {exc} (instance {index})")
                 break
@@ -138,7 +140,7 @@ def _check_function(op, d, module, contexts, path, problems, torch):
         problems.append(f"{path}: the autograd function or the public function {op.name} is missing")
         return
     pub = op.public
-    options = tuple(eval(default) for _, default in pub.options)  # noqa: S307 - repr of a literal
+    options = tuple(eval(default) for _, default in pub.all_options)  # noqa: S307 - repr of a literal
     by_code = {d.api_names.get(s.name, s.name): s for s in d.inputs + d.outputs}
     for index, ctx in enumerate(contexts):
         complex_instance = _is_complex(ctx)

@@ -129,6 +129,14 @@ def symmetric_matrix(x, name: str, *, complex_ok: bool = False) -> torch.Tensor:
     return matrix_input(x, name, square=True, symmetric=True, complex_ok=complex_ok)
 
 
+def degeneracy_options(cluster_rtol, broadening) -> None:
+    """``cluster_rtol`` (a relative tolerance >= 0) and ``broadening`` (> 0), or ``None``."""
+    if cluster_rtol is not None and not (isinstance(cluster_rtol, (int, float)) and cluster_rtol >= 0):
+        raise ValueError(f"cluster_rtol must be a non-negative number or None, got {cluster_rtol!r}")
+    if broadening is not None and not (isinstance(broadening, (int, float)) and broadening > 0):
+        raise ValueError(f"broadening must be a positive number or None, got {broadening!r}")
+
+
 def same_dtype_and_device(*named) -> None:
     """``same_dtype_and_device(("A", A), ("B", B))``: one dtype and one device for all."""
     (first_name, first), *rest = named

@@ -7,21 +7,31 @@ import torch
 
 from ..generated.torch import svd as thin
 from ..generated.torch import svd_complement as complement
+from . import degeneracy as _degeneracy
 from . import gauge as _gauge
 
 
-def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2):
+def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
     check = _gauge.enabled()
     if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
-        _gauge.check_basis("svd", complement.svd_complement_gauge(U2, gU2), gU2)
+        basis = complement.svd_complement_gauge_basis_complex if U.is_complex() else complement.svd_complement_gauge_basis
+        _gauge.check_basis("svd", basis(U2, gU2), gU2)
     if U.is_complex():
         if check:
-            gA, residual = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV)
+            gA, residual, residual_clusters = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
             _gauge.check("svd", residual, gU, gV)
+            _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), gS, gU, gV,
+                              what="singular values")
         else:
-            gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV)
-        return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2)
-    return thin.svd_vjp(U, S, V, gU, gS, gV) + complement.svd_complement_vjp(U, S, V, U2, gU2)
+            gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=rtol)
+        return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=rtol)
+    if check:
+        gA, residual_clusters = thin.svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
+        _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), gS, gU, gV,
+                          what="singular values")
+    else:
+        gA = thin.svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=rtol)
+    return gA + complement.svd_complement_vjp(U, S, V, U2, gU2, cluster_rtol=rtol)
 
 
 def _tall_jvp(U, S, V, U2, dA):

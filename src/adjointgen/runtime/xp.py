@@ -23,6 +23,39 @@ def is_cupy(xp) -> bool:
     return cupy is not None and xp is cupy
 
 
+def cluster_mask(xp, d, rtol=None):
+    """``(..., n, n)`` booleans: ``i != j`` with ``|d_i - d_j| <= rtol * max_k |d_k|`` (the NumPy/CuPy
+    counterpart of :func:`adjointgen.runtime.degeneracy.cluster_mask`; ``rtol`` defaults to
+    ``sqrt(eps)`` of the dtype)."""
+    real = numpy.finfo(d.dtype).eps if d.dtype.kind == "f" else numpy.finfo(d.real.dtype).eps
+    rtol = numpy.sqrt(real) if rtol is None else rtol
+    n = d.shape[-1]
+    scale = xp.abs(d).max(axis=-1, keepdims=True) if n else xp.ones(d.shape[:-1] + (1,), dtype=d.dtype)
+    scale = xp.maximum(scale, numpy.finfo(d.dtype).tiny)[..., None]
+    close = xp.abs(d[..., :, None] - d[..., None, :]) <= rtol * scale
+    return close & ~xp.eye(n, dtype=bool)
+
+
+def negligible(xp, denominator, d, rtol=None):
+    """The pairs where a pairwise denominator vanishes: ``|den_ij| <= rtol * max_k |d_k|`` (the
+    diagonal and a cluster of equal values for ``d_j - d_i``)."""
+    real = numpy.finfo(d.dtype).eps if d.dtype.kind == "f" else numpy.finfo(d.real.dtype).eps
+    rtol = numpy.sqrt(real) if rtol is None else rtol
+    n = d.shape[-1]
+    scale = xp.abs(d).max(axis=-1, keepdims=True) if n else xp.ones(d.shape[:-1] + (1,), dtype=d.dtype)
+    scale = xp.maximum(scale, numpy.finfo(d.dtype).tiny)[..., None]
+    return xp.abs(denominator) <= rtol * scale
+
+
+def reciprocal(xp, s, rtol=None):
+    """``1/s``, and 0 where ``|s_i| <= rtol * max |s|`` (zero singular values)."""
+    real = numpy.finfo(s.dtype).eps if s.dtype.kind == "f" else numpy.finfo(s.real.dtype).eps
+    rtol = numpy.sqrt(real) if rtol is None else rtol
+    scale = xp.abs(s).max(axis=-1, keepdims=True) if s.shape[-1] else xp.ones(s.shape[:-1] + (1,), dtype=s.dtype)
+    zero = xp.abs(s) <= rtol * xp.maximum(scale, numpy.finfo(s.dtype).tiny)
+    return xp.where(zero, 0, 1 / xp.where(zero, 1, s))
+
+
 def add_diag(xp, X, d):
     """``X + diag(d)`` for batched ``X`` (..., n, n) and ``d`` (..., n)."""
     out = X.copy()
