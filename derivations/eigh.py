@@ -14,8 +14,9 @@ for deep networks with structured layers", ICCV 2015.
 """
 import numpy as np
 
+import _eigenspaces as eigenspaces
 from adjointgen.audit import fd_tangents
-from adjointgen.calculus import Derivation, HadamardProduct, Identity, ZeroMatrix
+from adjointgen.calculus import Derivation
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
@@ -61,40 +62,14 @@ dA, dU, dD = d.tangent(A), d.tangent(U), d.tangent(D)
 d.instances(sample, [{"n": 4, "field": "complex"}, {"n": 5, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 6, "field": "real"}])
 
-eig = d.identity("eigenvector equation", A * U, U * D)
-orth = d.identity("orthonormal columns", U.T * U, Identity(n))
-complete = d.identity("complete basis (U square)", U * U.T, Identity(n))
-left_eig = d.transpose(eig, "transpose, with A and D symmetric: U^T A = D U^T")
+e = eigenspaces.identities(d, A, U, D, n)
 
 # ---------------------------------------------------------------- JVP
-# 1. differentiate the eigenvector equation: dA U + A dU = dU D + U dD
-s = d.differentiate(eig, "differentiate A U = U D")
-# 2. project onto the eigenbasis
-s = d.left_multiply(s, U.T, "left-multiply by U^T")
-s = d.substitute(s, left_eig, "substitute U^T A = D U^T")
-s = d.substitute(s, orth, "substitute U^T U = I")
-# 3. dC = U^T dU is skew-symmetric: differentiate U^T U = I
-d_orth = d.differentiate(orth, "differentiate U^T U = I")
-dC = d.introduce("dC", U.T * dU, skew_by=d_orth)
-s = d.use_definition(s, dC)
-# 4. D dC - dC D = E ∘ dC
-s, E = d.hadamard_split(s, D, dC, "E")
-# 5. the real part of the diagonal gives dD (E_ii = 0; diag(dC) is imaginary)
-dD_sol = d.solve_for(d.hermitian_part(d.diagonal_part(s, "diagonal part (E_ii = 0)"),
-                                      "Hermitian part (dD real)"), dD)
-# 6. diag(dC) is free: the phases of the eigenvectors, a gauge
-T = d.imaginary_diagonal("Theta", n)
-fix = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dC), ZeroMatrix(n, n)))
-# 7. inside a cluster of equal eigenvalues E_ij = 0: the rotations U_c -> U_c Q are a gauge too
-K = d.clusters(D)
-Omega = d.parameter("Omega", n, n, skew=True, within=K)
-d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
-        fix=(HadamardProduct(K, dC), ZeroMatrix(n, n)))
-# 8. off the diagonal, solve E ∘ dC = -U^T dA U for the anti-Hermitian dC (zero inside the clusters)
-dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=fix, clusters=K)
-# 9. dU = U dC, since U U^T = I
+# dD = diag(U^T dA U), dC = U^T dU = F ∘ (U^T dA U) with the phase and cluster gauges
+dD_sol, dC, dC_sol = eigenspaces.eigenvalues_and_rotation(d, e, n)
+# dU = U dC, since U U^T = I
 back = d.left_multiply(d.identity("definition of dC", dC, U.T * dU), U, "left-multiply dC = U^T dU by U")
-back = d.substitute(back, complete, "substitute U U^T = I")
+back = d.substitute(back, e["complete"], "substitute U U^T = I")
 dU_sol = d.replace(d.solve_for(back, dU), dC_sol)
 d.set_jvp(dU=dU_sol, dD=dD_sol)
 

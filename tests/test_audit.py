@@ -30,11 +30,12 @@ def _copy_project(root, tmp_path):
 def test_corrupted_step_fails_audit_and_generate_writes_nothing(root, tmp_path):
     proj = _copy_project(root, tmp_path)
     path = proj / "derivations" / "eigh.py"
-    src = path.read_text()
-    good = 'left_eig = d.transpose(eig, "transpose, with A and D symmetric: U^T A = D U^T")'
+    helper = proj / "derivations" / "_eigenspaces.py"  # the eigh steps eigh and funm share
+    src = helper.read_text()
+    good = 'e["left_eig"] = d.transpose(e["eig"], "transpose, with A and D symmetric: U^T A = D U^T")'
     assert good in src
     # a plausible slip: U^T A = U^T D instead of D U^T
-    path.write_text(src.replace(good, 'left_eig = d.identity("left eigenvector identity (corrupted)", U.T * A, U.T * D)'))
+    helper.write_text(src.replace(good, 'e["left_eig"] = d.identity("left eigenvector identity (corrupted)", U.T * A, U.T * D)'))
     d = gen.load_derivation_file(path, partial=True)
     report = audit(d)
     assert not report.passed

@@ -14,14 +14,17 @@ import torch
 from .generated.torch import cholesky as _cholesky
 from .generated.torch import eigh as _eigh
 from .generated.torch import eigh_generalized as _eigh_generalized
+from .generated.torch import funm as _funm
 from .generated.torch import inv as _inv
 from .generated.torch import qr as _qr
 from .generated.torch import solve as _solve
 from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
+from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "eigh", "eigsh", "inv", "pinv", "qr", "solve", "svd", "svds"]
+__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "solve", "sqrtm", "svd",
+           "svds"]
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
@@ -308,3 +311,67 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     if A.requires_grad and not checks._is_traced(A):
         _warn_degenerate(S)
     return U, S, V.mT
+
+
+# ------------------------------------------------------------------ matrix functions
+def expm(A: torch.Tensor) -> torch.Tensor:
+    """``exp(A)`` of symmetric (Hermitian) ``A``, as :func:`torch.linalg.matrix_exp` for such ``A``:
+    ``V exp(w) V^H`` from ``eigh``, differentiable with the Daleckii–Krein rule derived in
+    ``derivations/funm.py`` (reverse and forward mode, ``torch.func`` transforms, second
+    derivatives; continuous at repeated eigenvalues).
+
+    Raises:
+        ValueError: not a symmetric (Hermitian) floating matrix, NaN/Inf.
+    """
+    return _funm.expm(A)
+
+
+def logm(A: torch.Tensor) -> torch.Tensor:
+    """The principal logarithm of symmetric (Hermitian) positive definite ``A``: ``V log(w) V^H``,
+    differentiable to second order (see :func:`expm`).
+
+    Raises:
+        ValueError: not symmetric, or an eigenvalue ``<= 0`` (named in the message).
+    """
+    return _funm.logm(A)
+
+
+def sqrtm(A: torch.Tensor) -> torch.Tensor:
+    """The principal square root of symmetric (Hermitian) positive semidefinite ``A``:
+    ``V sqrt(w) V^H`` (eigenvalues within rounding of 0 are taken as 0), differentiable to second
+    order where ``A`` is positive definite (see :func:`expm`).
+
+    Raises:
+        ValueError: not symmetric, or a negative eigenvalue (named in the message); in a
+            derivative, a zero eigenvalue (the derivative of ``sqrt`` is infinite there).
+    """
+    return _funm.sqrtm(A)
+
+
+def powm(A: torch.Tensor, p: float) -> torch.Tensor:
+    """``A^p = V w^p V^H`` of symmetric (Hermitian) ``A`` for a real ``p``, differentiable to second
+    order (see :func:`expm`).  Integer ``p`` accepts any symmetric ``A`` (``p < 0``: invertible)
+    and uses exact divided differences; other ``p`` need a positive semidefinite ``A`` (definite
+    for ``p < 0``).
+
+    Raises:
+        ValueError: not symmetric, or an eigenvalue outside the domain of ``x**p`` (named).
+        TypeError: ``p`` is not a real number.
+    """
+    return _funm.powm(A, p)
+
+
+def funm(A: torch.Tensor, f) -> torch.Tensor:
+    """``f(A) = V f(w) V^H`` for symmetric (Hermitian) ``A`` and any scalar ``f``: a SymPy expression
+    in one symbol (``sympy.cos(x)``) or a name (``"exp"``, ``"log"``, ``"sqrt"``).  See
+    :func:`adjointgen.runtime.spectral.funm`.
+
+    Example::
+
+        import sympy, torch
+        import adjointgen.torch as agt
+        x = sympy.Symbol("x")
+        A = torch.eye(3, dtype=torch.float64)
+        agt.funm(A, sympy.cos(x))  # cos(1) I
+    """
+    return _spectral.funm(A, f)

@@ -182,6 +182,8 @@ def _checked_sample(d: Derivation, sample, dims, dims_by_name, where) -> dict:
         required[s.name] = (s, "output")
         if s.name in ruled:
             required["d" + s.name] = (s, "output tangent (finite differences along the input tangents)")
+    for fname in d.functions:
+        required[fname] = (None, "the concrete scalar function of this instance (a sympy.Lambda)")
     missing = [k for k in required if k not in sample]
     if missing:
         described = "; ".join(f"{k} ({required[k][1]})" for k in missing)
@@ -189,7 +191,18 @@ def _checked_sample(d: Derivation, sample, dims, dims_by_name, where) -> dict:
             f"{where}: {call} returned no {described}. A sampler returns every input and output, a "
             "random tangent d<input> per input and the output tangents d<output> measured by finite "
             "differences (adjointgen.audit.fd_tangents); it returned: " + ", ".join(sorted(sample)))
+    functions = {}
+    for fname in d.functions:
+        fn = sample[fname]
+        if not isinstance(fn, sp.Lambda):
+            raise DerivationError(f"{where}: {call}: {fname} must be a sympy.Lambda of one variable, got {fn!r}")
+        functions[fname] = fn
+    sample = {k: v for k, v in sample.items() if k not in d.functions}
+    if functions:
+        sample["__functions__"] = functions
     for key, (sym, role) in required.items():
+        if sym is None:
+            continue
         value = sample[key]
         if not isinstance(value, np.ndarray):
             raise DerivationError(f"{where}: {call}: {key} ({role}) must be a numpy array, got {type(value).__name__}")

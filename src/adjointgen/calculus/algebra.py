@@ -25,7 +25,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Structure, Sym
+from .nodes import DiagFunction, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Structure, Sym
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
@@ -63,7 +63,7 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Transpose(atom),))]
     if isinstance(atom, Transpose):
         return [(sp.Integer(1), (atom.arg,))]
-    if isinstance(atom, Identity):
+    if isinstance(atom, (Identity, DiagFunction)):
         return [(sp.Integer(1), (atom,))]
     if isinstance(atom, Inverse):
         inner = normalize(Transpose(atom.arg), structure)
@@ -90,7 +90,7 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
 
 def is_diagonal_factor(f, structure: Structure) -> bool:
     """A factor known to be a diagonal matrix (diagonal matrices commute)."""
-    if isinstance(f, Identity) or isinstance(f, DiagPart):
+    if isinstance(f, (Identity, DiagPart, DiagFunction)):
         return True
     if isinstance(f, Inverse):
         f = f.arg
@@ -100,7 +100,7 @@ def is_diagonal_factor(f, structure: Structure) -> bool:
 def hermiticity(f, structure: Structure) -> int | None:
     """For a diagonal factor: ``+1`` if it is real (Hermitian), ``-1`` if imaginary
     (anti-Hermitian), ``None`` if unknown.  Every diagonal factor is real in a real derivation."""
-    if isinstance(f, Identity):
+    if isinstance(f, (Identity, DiagFunction)):
         return 1
     if isinstance(f, Inverse):
         f = f.arg
@@ -507,6 +507,8 @@ def expand(expr, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Inverse(build(expand(expr.arg, structure), expr.shape)),))]
     if isinstance(expr, (MatrixSymbol, Identity)):
         return [(sp.Integer(1), (expr,))]
+    if isinstance(expr, DiagFunction):
+        return [(sp.Integer(1), (DiagFunction(normalize(expr.arg, structure), expr.function),))]
     raise DerivationError(f"cannot normalise {type(expr).__name__}: {expr}")
 
 
@@ -545,6 +547,9 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
         return ZeroMatrix(*shape)
     if isinstance(expr, PairwiseMatrix):
         raise DerivationError(f"differential of pairwise matrix {expr.name} is not derived")
+    if isinstance(expr, DiagFunction):  # d f(D) = f'(D) dD (diagonal: they commute)
+        dD = differential(expr.arg, tangent)
+        return ZeroMatrix(*shape) if isinstance(dD, ZeroMatrix) else MatMul(expr.derivative(), dD)
     if isinstance(expr, MatrixSymbol):
         t = tangent(expr)
         return ZeroMatrix(*shape) if t is None else t

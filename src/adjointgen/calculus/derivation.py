@@ -24,6 +24,7 @@ import sympy as sp
 from sympy.matrices.expressions import (
     HadamardProduct,
     Identity,
+    Inverse,
     MatMul,
     MatrixSymbol,
     Transpose,
@@ -32,7 +33,7 @@ from sympy.matrices.expressions import (
 
 from . import algebra
 from .algebra import DerivationError, expand, normalize
-from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,22 @@ class Rule:
     code: dict[str, sp.MatrixExpr]
 
 
+@dataclass(frozen=True)
+class SecondOrder:
+    """The second derivative of a spectral function's VJP (see :meth:`Derivation.second_order`).
+
+    ``T(a, b, c)`` is the second divided difference of the scalar function, derived from the first
+    (``L``); ``input``/``output``/``vectors``/``values`` name ``A``, ``X``, ``U`` and ``D``."""
+
+    name: str
+    T: sp.Lambda
+    L: str
+    input: str
+    output: str
+    vectors: str
+    values: str
+
+
 @dataclass
 class Gauge:
     """A continuous freedom of the outputs (see :meth:`Derivation.gauge`).
@@ -264,6 +281,12 @@ class Derivation:
         self.gauges: list[Gauge] = []
         self.gauge_rules: dict[str, Rule] = {}
         self.cluster_meaning: dict[str, str] = {}
+        #: scalar functions the derivation is generic in (``f`` of ``X = U f(D) U^T``), by name
+        self.functions: dict[str, sp.FunctionClass] = {}
+        #: outputs the forward returns for the rules only (see :meth:`output`)
+        self.auxiliary_outputs: set[str] = set()
+        #: instantiations of the scalar functions: operation name -> {function name: Lambda}, options
+        self.instantiations: dict[str, tuple[dict, tuple]] = {}
         self.real_jvp: Rule | None = None
         self.real_vjp: Rule | None = None
         self.dims: list[sp.Symbol] = []
@@ -288,6 +311,8 @@ class Derivation:
         self.public_forms: dict[str, tuple[str, str]] = {}
         self.instances_line: int | None = None
         self.partial_rules = False
+        #: the second-order rule of a spectral function (:meth:`second_order`)
+        self.second: SecondOrder | None = None
         self.error: str | None = None
         Derivation.created.append(self)
 
@@ -324,7 +349,7 @@ class Derivation:
         return s
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
-               unit_diagonal=False, api=None, public=None, form=None):
+               unit_diagonal=False, api=None, public=None, form=None, auxiliary=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -334,7 +359,9 @@ class Derivation:
         as ``torch.linalg.svd`` returns it).
 
         ``lower``/``upper``: a triangular output (its tangent is triangular too);
-        ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular."""
+        ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular.
+        ``auxiliary``: an intermediate the forward returns for the rules (the eigendecomposition of
+        ``X = f(A)``), not returned by the public function and without a rule of its own."""
         self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.outputs.append(s)
@@ -344,6 +371,8 @@ class Derivation:
         if orthonormal:
             self.structure.orthonormal[name] = None if orthonormal is True else orthonormal
         self.api_names[name] = api or name
+        if auxiliary:
+            self.auxiliary_outputs.add(name)
         if form is not None or public is not None:
             if form not in ("adjoint",):
                 self._fail(f"output {name}", f"form must be 'adjoint', got {form!r}")
@@ -485,6 +514,50 @@ class Derivation:
         self.cluster_meaning[name] = what  # for error messages: "eigenvalues", "singular values"
         return K
 
+    def function(self, name: str) -> sp.FunctionClass:
+        """A scalar function the derivation is generic in (``f`` of ``X = U f(D) U^T``): the engine
+        differentiates it with SymPy (``f'``, ``f''``); the sampler gives a concrete ``f`` per instance
+        (a ``sympy.Lambda`` under the key ``name``), and the generator instantiates the rules for the
+        functions of :meth:`instantiate`."""
+        if not name.isidentifier() or name in self.functions:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: function name {name!r} is invalid or taken")
+        f = sp.Function(name, real=True)
+        self.functions[name] = f
+        return f
+
+    def instantiate(self, f, catalogue: dict, *, options: dict | None = None):
+        """The concrete functions the generator emits operations for: ``{name: expression in one
+        symbol}`` (``{"expm": exp(x), "logm": log(x)}``); ``options`` maps the expressions' other
+        symbols to keyword options of the public functions (``{"p": p}`` for ``x**p``).  Each becomes
+        an operation of the output package (``<name>(A)``) whose rules are this derivation's, with
+        ``f`` substituted, and whose divided differences are evaluated without cancellation."""
+        if f.__name__ not in self.functions:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: {f} is not a function of this derivation")
+        options = dict(options or {})
+        for name, expr in catalogue.items():
+            expr = sp.sympify(expr)
+            free = expr.free_symbols - set(options.values())
+            if len(free) != 1:
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: {name} = {expr} must be an expression in "
+                                      f"one symbol (and the options {sorted(map(str, options))})")
+            (var,) = free
+            used = tuple(sorted(k for k, sym in options.items() if sym in expr.free_symbols))
+            self.instantiations[name] = ({f.__name__: sp.Lambda(var, expr)}, tuple((k, options[k]) for k in used))
+
+    def pairwise_matrix(self, name: str) -> PairwiseMatrix:
+        """A pairwise matrix an earlier step (or a helper) defined, by name."""
+        if name not in self.pairwise:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: no pairwise matrix {name!r} yet")
+        return PairwiseMatrix(name, *next(s.shape for s in self.outputs if s.name == self.pairwise[name].diagonal_of))
+
+    def apply(self, f, D: MatrixSymbol) -> DiagFunction:
+        """``f(D)`` for a diagonal ``D``: ``f`` a function from :meth:`function`, or a ``Lambda``."""
+        if D.name not in self.structure.diagonal:
+            raise DerivationError(f"{self.path}:{self._line() or '?'}: {D} is not declared diagonal")
+        x = sp.Symbol("x", real=True)  # one bound variable: equal functions are equal expressions
+        fn = f if isinstance(f, sp.Lambda) else sp.Lambda(x, f(x))
+        return DiagFunction(D, fn)
+
     @staticmethod
     def diag(X):
         """``diag(X)``, the atom for steps that solve for a diagonal part."""
@@ -582,7 +655,10 @@ class Derivation:
             for name, t in tangents.items():
                 if name in env and t.name in env:
                     moved[name] = env[name] + eps * env[t.name]
+            from .evaluate import _real_derivatives
+
             lin = _explicit(old.residual_expr, moved).diff(eps).subs(eps, 0)
+            lin = lin.applyfunc(lambda e: _real_derivatives(e.doit())) if lin.has(sp.Subs, sp.Derivative) else lin
             return lin - _explicit(new.residual_expr, env)
 
         self._record("differentiate", label, new, check=_equation_check(new), symbolic=symbolic)
@@ -716,9 +792,11 @@ class Derivation:
         definition = dict((s.name, d) for s, d in self.introduced)[sym.name]
         label = label or f"substitute {sym.name} = {definition}"
         out = []
+        transposed = 0
         for side in (eq.lhs, eq.rhs):
             side, _ = algebra.substitute_product(side, definition, sym, self.structure)
-            side, _ = algebra.substitute_product(side, Transpose(definition), Transpose(sym), self.structure)
+            side, count = algebra.substitute_product(side, Transpose(definition), Transpose(sym), self.structure)
+            transposed += count
             out.append(side)
         new = self._eq(*out)
 
@@ -727,7 +805,10 @@ class Derivation:
             env[sym.name] = _explicit(definition, env)  # the step uses only the definition
             return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
 
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
+        # a transposed occurrence of a skew symbol becomes -X: that uses the skewness, which rests on
+        # an identity (orthonormality), not on the definition alone
+        uses_identity = transposed and sym.name in self.structure.skew
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else symbolic)
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
@@ -745,12 +826,15 @@ class Derivation:
         label = label or f"Hadamard split of the terms D^a {X.name} D^b, D = {D.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
 
+        def of_D(f):  # D, D^-1 or a function f(D) of it
+            return f == D or (isinstance(f, Inverse) and f.arg == D) or (isinstance(f, DiagFunction) and f.arg == D)
+
         def powers(fs):
             if X not in fs or fs.count(X) != 1:
                 return None
             j = fs.index(X)
-            if all(f == D for f in fs[:j] + fs[j + 1:]):
-                return j, len(fs) - j - 1
+            if all(of_D(f) for f in fs[:j] + fs[j + 1:]):
+                return fs[:j], fs[j + 1:]
             return None
 
         mine = [(c, fs, powers(fs)) for c, fs in res if powers(fs) is not None]
@@ -759,7 +843,14 @@ class Derivation:
         d = sp.symbols("d0:3", real=True)
         x = sp.Matrix(3, 3, lambda i, j: sp.Symbol(f"x{i}{j}"))
         Dm = sp.diag(*d)
-        explicit = sum((c * Dm ** a * x * Dm ** b for c, _, (a, b) in mine), sp.zeros(3, 3))
+
+        def product(factors):
+            out = sp.eye(3)
+            for f in factors:
+                out = out * _explicit(f, {D.name: Dm})
+            return out
+
+        explicit = sum((c * product(left) * x * product(right) for c, _, (left, right) in mine), sp.zeros(3, 3))
         entry = sp.factor(sp.expand(explicit[0, 1]).coeff(sp.Symbol("x01")).xreplace({d[0]: DI, d[1]: DJ}))
         diag_entry = sp.simplify(sp.expand(explicit[1, 1]).coeff(sp.Symbol("x11")).xreplace({d[1]: DI}))
         if diag_entry.free_symbols - {DI}:
@@ -1078,6 +1169,163 @@ class Derivation:
                      note=f"{name}_ij = {expr}, {name}_ii = {definition.diagonal_value}")
         return new, F
 
+    def combine_pairwise(self, eq: Equation, factors: tuple, name: str, *, diagonal=None,
+                         label=None) -> tuple[Equation, PairwiseMatrix]:
+        """Write ``c F1 ∘ F2 ∘ X`` as ``c L ∘ X`` with ``L_ij = F1_ij F2_ij`` (simplified by SymPy), and
+        with ``diagonal = G`` (a diagonal factor, ``f'(D)``) also absorb the term ``c G diag(X)``
+        into ``L``'s diagonal, after showing ``L_ii = lim_{d_j -> d_i} L_ij`` (so ``L`` is the
+        divided-difference matrix, continuous across equal values: the Daleckii–Krein ``L``).
+
+        Records: a ``hadamard_split`` step.  Numeric check: the residual of the new equation.
+        Symbolic check: the old and new residuals agree on explicit matrices (with the limit shown
+        by SymPy when the diagonal is absorbed).
+        """
+        label = label or f"combine {' ∘ '.join(f.name for f in factors)} into {name}"
+        defs = [f.definition for f in factors]
+        if len({df.diagonal_of for df in defs}) != 1:
+            self._fail(label, "the pairwise matrices belong to different diagonals")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        names = {f.name for f in factors}
+        had = [(c, fs) for c, fs in res if len(fs) == 1 and isinstance(fs[0], HadamardProduct)
+               and {a.name for a in fs[0].args if isinstance(a, PairwiseMatrix)} == names]
+        if len(had) != 1:
+            self._fail(label, f"no single term {' ∘ '.join(sorted(names))} ∘ X in {eq}")
+        c, (hp,) = had[0]
+        X = next(a for a in hp.args if not isinstance(a, PairwiseMatrix))
+        expr = sp.simplify(sp.Mul(*[df.expr for df in defs]))
+        diag_value = sp.simplify(sp.Mul(*[sp.sympify(df.diagonal_value) for df in defs]))
+        rest = [t for t in res if t != had[0]]
+        absorbed = None
+        if diagonal is not None:
+            hermitian = self._norm(Transpose(X)) == self._norm(X)  # diag(sym(X)) = diag(X) for a Hermitian X
+            parts = [DiagPart(X)] + ([DiagPart(Sym(X))] if hermitian else [])
+            target = [(cc, fs) for cc, fs in rest if any(fs in ((diagonal, q), (q, diagonal)) for q in parts)]
+            if len(target) != 1:
+                self._fail(label, f"no term c {diagonal} diag({X}) to absorb in {eq}")
+            if diag_value != 0:
+                self._fail(label, f"{name}_ii = {diag_value} is not zero before absorbing the diagonal")
+            ratio = sp.nsimplify(target[0][0] / c)  # c L ∘ X + c' G diag(X): L_ii = (c'/c) g(d_i)
+            if not isinstance(diagonal, DiagFunction):
+                self._fail(label, f"diagonal= must be a function of {defs[0].diagonal_of} (d.apply(f, D) or its derivative)")
+            g_expr = ratio * diagonal.function(DI).doit()
+            h = sp.Symbol("h")  # lim_(d_j -> d_i) by the series in d_j = d_i + h (works for an undefined f)
+            from .evaluate import _real_derivatives
+
+            at_diagonal = sp.series(expr.xreplace({DJ: DI + h}), h, 0, 1).removeO().doit()
+            limit = sp.simplify(_real_derivatives(at_diagonal) - _real_derivatives(g_expr))
+            if limit != 0:
+                self._fail(label, f"lim_(d_j -> d_i) {expr} - {g_expr} = {limit}: not continuous on the diagonal")
+            diag_value = sp.simplify(g_expr)
+            absorbed = target[0]
+            rest = [t for t in rest if t != absorbed]
+            if ratio < 0:  # name the matrix whose diagonal is +g: L = -(Ef ∘ F), the divided differences
+                expr, diag_value, c = sp.simplify(-expr), sp.simplify(-diag_value), -c
+        definition = PairwiseDef(name, defs[0].diagonal_of, expr, diag_value, origin=label,
+                                 meaning=f"{' ∘ '.join(sorted(names))}" + (f", with {diagonal} on the diagonal" if absorbed else ""))
+        L = PairwiseMatrix.define(definition, X.shape[0])
+        self.pairwise[name] = definition
+        new = self._eq(algebra.build(rest, eq.lhs.shape) + MatMul(c, HadamardProduct(L, X)), ZeroMatrix(*eq.lhs.shape))
+
+        def symbolic(env, old=eq, new=new):
+            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
+
+        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=symbolic,
+                     note=f"{name}_ij = {expr}, {name}_ii = {diag_value}" + (" (the limit, shown by SymPy)" if absorbed else ""))
+        return new, L
+
+    def second_order(self, L: PairwiseMatrix, name: str = "T", *, label=None) -> sp.Lambda:
+        """The second derivative of ``gA = U (L ∘ (U^T sym(gX) U)) U^T``, the VJP of a spectral
+        function ``X = U f(D) U^T`` with ``L`` its divided differences: the second-order
+        Daleckii–Krein formula
+
+            ``d(gA)[dA] = U S U^T``,  ``S_ij = Σ_k T(d_i, d_k, d_j) (G_ik H_kj + H_ik G_kj)``,
+
+        with ``G = U^T sym(gX) U``, ``H = U^T dA U`` and ``T(a, b, c) = (L(a, b) - L(b, c)) / (a - c)``,
+        the second divided difference, derived here from ``L`` by SymPy.  ``T`` is continuous
+        across equal values (``T(a, a, a) = f''(a)/2``), so the second derivatives of ``f(A)`` need
+        no gauge either.  The formula is trilinear and symmetric in ``(gX, dA, H)``: the same
+        contraction is the VJP of the VJP (with ``H`` the cotangent of ``gA``) and its JVP.  It is
+        a sum over three indices, outside the matrix algebra of the other steps: generated code
+        evaluates ``T`` per function, the runtime contracts it
+        (:func:`adjointgen.runtime.spectral.second_order`).
+
+        Records: a ``second_order`` step.  Numeric check: ``U S U^T`` against the central
+        difference of the derived VJP along the instance's tangents ``(dU, dD)``.  Symbolic
+        check: ``T`` is symmetric in its three arguments and tends to ``f''(a)/2`` (series in
+        ``h`` of ``T(a, a + h, a + 2h)``), for the generic ``f``.
+        """
+        label = label or f"the second divided differences {name} of {L.name}: the VJP's derivative"
+        if self.vjp is None:
+            self._fail(label, "derive_vjp must come first")
+        sym_inputs = [s for s in self.inputs if s.name in self.symmetric_inputs]
+        ruled = self.rule_outputs
+        if len(sym_inputs) != 1 or len(self.inputs) != 1 or len(ruled) != 1:
+            self._fail(label, "a spectral function has one symmetric input and one output with rules")
+        A, X = sym_inputs[0], ruled[0]
+        pdef = self.pairwise.get(L.name)
+        if pdef is None:
+            self._fail(label, f"{L.name} is not a pairwise matrix of this derivation")
+        D = next(o for o in self.outputs if o.name == pdef.diagonal_of)
+        Us = [o for o in self.outputs if o.name in self.structure.orthonormal]
+        if len(Us) != 1:
+            self._fail(label, "a spectral function has one orthonormal output (the eigenvectors)")
+        U = Us[0]
+        gX = self.cotangents[X.name]
+        want = self._norm(U * HadamardProduct(L, U.T * Sym(gX) * U) * U.T)
+        got = self.vjp.code["g" + A.name]
+        if self._norm(got) != want:
+            self._fail(label, f"the VJP {got} is not U ({L.name} ∘ (U^T sym(gX) U)) U^T")
+        a, b, c, h = sp.symbols("a b c h", real=True)
+        Lab = pdef.expr.xreplace({DI: a, DJ: b})
+        Lbc = pdef.expr.xreplace({DI: b, DJ: c})
+        T = sp.Lambda((a, b, c), sp.simplify((Lab - Lbc) / (a - c)))
+
+        def symbolic(env, T=T):
+            from .evaluate import _real_derivatives
+
+            body = T.expr
+            swaps = [body - body.xreplace({a: b, b: a}), body - body.xreplace({b: c, c: b})]
+            near = sp.series(body.xreplace({b: a + h, c: a + 2 * h}), h, 0, 1).removeO().doit()
+            f2 = pdef.diagonal_value.xreplace({DI: a}).diff(a).doit() / 2  # L_ii = f'(d_i): f''/2
+            limit = _real_derivatives(near) - _real_derivatives(f2)
+            return sp.Matrix([sp.simplify(x) for x in swaps + [limit]])
+
+        def check(ctx, T=T):
+            import numpy as np
+
+            from .evaluate import evaluate
+
+            env = ctx.env
+            second = _second_divided(env, pdef)
+            d = np.diagonal(env[D.name]).real
+            Uv = env[U.name]
+            G = ctx.cotangents[gX.name]
+            G = (G + G.conj().T) / 2
+            H = env[self.tangents[A.name].name]
+            Gt, Ht = Uv.conj().T @ G @ Uv, Uv.conj().T @ H @ Uv
+            n = len(d)
+            S = np.zeros((n, n), dtype=np.result_type(Gt, Ht))
+            for i in range(n):
+                for j in range(n):
+                    S[i, j] = sum(second(d[i], d[k], d[j]) * (Gt[i, k] * Ht[k, j] + Ht[i, k] * Gt[k, j]) for k in range(n))
+            formula = Uv @ S @ Uv.conj().T
+            step = 1e-5
+            dU, dD = env[self.tangents[U.name].name], env[self.tangents[D.name].name]
+
+            def vjp_at(sign):
+                e = dict(env)
+                e[U.name], e[D.name], e[gX.name] = Uv + sign * step * dU, env[D.name] + sign * step * dD, G
+                return evaluate(got, e, ctx.dims)
+
+            fd = (vjp_at(1) - vjp_at(-1)) / (2 * step)
+            return float(np.linalg.norm(formula - fd)), max(float(np.linalg.norm(fd)), 1e-300)
+
+        self.second = SecondOrder(name, T, L.name, A.name, X.name, U.name, D.name)
+        self._record("second_order", label, None, check=check, symbolic=symbolic,
+                     note=f"{name}(a, b, c) = {T.expr}; d(g{A.name})[d{A.name}] = U S U^T, "
+                          f"S_ij = Σ_k {name}(d_i, d_k, d_j) (G_ik H_kj + H_ik G_kj)")
+        return T
+
     def subtract(self, first: Equation, second: Equation, label=None) -> Equation:
         """The difference of two equations.
 
@@ -1322,7 +1570,8 @@ class Derivation:
         self.vjp = Rule(raw, code)
         self.real_vjp = self._specialize("VJP", raw)
         for g in self.gauges:
-            self._gauge_residual(g)
+            if all(name in self.cotangents for name in g.directions):  # a gauge of outputs with rules
+                self._gauge_residual(g)
 
     def _adjoint_steps(self):
         """The transposition treats the projections ``diag``, ``sym``, ``skew``, ``Φ``, ``tril₋`` as
@@ -1397,6 +1646,29 @@ def _frob(x):
     import numpy as np
 
     return float(np.linalg.norm(x))
+
+
+def _second_divided(env, pdef: PairwiseDef):
+    """``f[a, b, c]`` of an instance's concrete ``f`` (the divided difference whose first is ``pdef``),
+    with the confluent cases from ``f'`` and ``f''`` (for the audit of :meth:`Derivation.second_order`)."""
+    from .evaluate import concrete_expr
+
+    x = sp.Symbol("x", real=True)
+    fprime = concrete_expr(pdef.diagonal_value, env).xreplace({DI: x})
+    f1 = sp.lambdify(x, fprime, "numpy")
+    f2 = sp.lambdify(x, sp.diff(fprime, x), "numpy")
+    first = sp.lambdify((DI, DJ), concrete_expr(pdef.expr, env), "numpy")
+
+    def L(p, q):
+        return f1(p) if p == q else first(p, q)
+
+    def second(p, q, r):
+        p, q, r = sorted((p, q, r))
+        if p == r:
+            return f2(p) / 2
+        return (L(r, q) - L(q, p)) / (r - p)
+
+    return second
 
 
 def _equation_check(eq: Equation):

@@ -20,7 +20,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
 
 
 class NotExplicit(Exception):
@@ -61,6 +61,10 @@ class _Numpy:
         return np.diag(a).copy()
 
     @staticmethod
+    def diag_function(fn, d):
+        return np.diag(np.asarray(sp.lambdify(fn.variables, fn.expr, "numpy")(d), dtype=float) * np.ones(d.size))
+
+    @staticmethod
     def lower_half(a):
         return np.tril(a, -1) + 0.5 * np.diag(np.diag(a))
 
@@ -96,9 +100,15 @@ class _Numpy:
         return K
 
     @staticmethod
-    def pairwise(definition, d, free=False, pattern=False):
+    def pairwise(definition, d, free=False, pattern=False, functions=None):
         if definition.is_indicator:
             return _Numpy.clusters(d, pattern)
+        if functions:
+            from dataclasses import replace
+
+            env = {"__functions__": functions}
+            definition = replace(definition, expr=concrete_expr(definition.expr, env),
+                                 diagonal_value=concrete_expr(sp.sympify(definition.diagonal_value), env))
         f = _lambdified(definition.expr)
         di, dj = d[:, None], d[None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -144,6 +154,10 @@ class _Sympy:
         return [a[i, i] for i in range(a.rows)]
 
     @staticmethod
+    def diag_function(fn, d):
+        return sp.diag(*[_real_derivatives(fn(x).doit()) for x in d])
+
+    @staticmethod
     def lower_half(a):
         return sp.Matrix(a.rows, a.cols, lambda i, j: a[i, j] if i > j else (a[i, j] / 2 if i == j else 0))
 
@@ -156,7 +170,7 @@ class _Sympy:
         raise NotExplicit("the projected shifted solve has no explicit symbolic form")
 
     @staticmethod
-    def pairwise(definition, d, free=False, pattern=False):
+    def pairwise(definition, d, free=False, pattern=False, functions=None):
         n = len(d)
         if definition.is_indicator:
             return sp.Matrix(n, n, lambda i, j: 0 if i == j else (
@@ -168,7 +182,8 @@ class _Sympy:
 
             def entry(i, j):
                 if i == j:
-                    return sp.sympify(definition.diagonal_value).xreplace({DI: d[i]})
+                    diag = sp.sympify(definition.diagonal_value)
+                    return sp.Symbol(f"{definition.name}_{i}{i}", real=True) if diag.free_symbols else diag
                 if sign is None or i < j:
                     return sp.Symbol(f"{definition.name}_{i}{j}", real=True)
                 return sign * sp.Symbol(f"{definition.name}_{j}{i}", real=True)
@@ -177,15 +192,48 @@ class _Sympy:
         return sp.Matrix(
             n,
             n,
-            lambda i, j: sp.sympify(definition.diagonal_value).xreplace({DI: d[i]})
+            lambda i, j: _real_derivatives(sp.sympify(definition.diagonal_value).xreplace({DI: d[i]}).doit())
             if i == j
-            else definition.expr.xreplace({DI: d[i], DJ: d[j]}),
+            else _real_derivatives(definition.expr.xreplace({DI: d[i], DJ: d[j]})),
         )
 
 
 @lru_cache(maxsize=None)
 def _lambdified(expr):
     return sp.lambdify((DI, DJ), expr, "numpy")
+
+
+def _real_derivatives(expr):
+    """Derivatives of an undefined real function, ``Derivative(f(x), x)``, as the undefined real
+    functions ``f_1(x)`` (``f_2`` ...): SymPy does not infer that the derivative of a real function is
+    real, which a symbolic check with conjugates needs."""
+    def swap(e):
+        (var, order), = e.variable_count
+        return sp.Function(f"{e.expr.func.__name__}_{order}", real=True)(*e.expr.args)
+
+    return expr.replace(lambda e: isinstance(e, sp.Derivative) and isinstance(e.expr, sp.core.function.AppliedUndef)
+                        and len(e.variable_count) == 1, swap)
+
+
+def _concrete(fn: sp.Lambda, env) -> sp.Lambda:
+    """``fn`` with the derivation's undefined scalar functions replaced by the instance's concrete
+    ones (``env["__functions__"]``: name -> Lambda); unchanged in a symbolic check."""
+    functions = env.get("__functions__") or {}
+    if not functions:
+        return fn
+    (x,), body = fn.variables, fn.expr
+    replaced = body.replace(lambda e: isinstance(e, sp.core.function.AppliedUndef) and e.func.__name__ in functions,
+                            lambda e: functions[e.func.__name__](*e.args))
+    return sp.Lambda(x, replaced.doit())
+
+
+def concrete_expr(expr, env):
+    """A scalar expression with the instance's concrete functions substituted (and derivatives done)."""
+    functions = env.get("__functions__") or {}
+    if not functions:
+        return expr
+    return expr.replace(lambda e: isinstance(e, sp.core.function.AppliedUndef) and e.func.__name__ in functions,
+                        lambda e: functions[e.func.__name__](*e.args)).doit()
 
 
 def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
@@ -199,7 +247,7 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
         if isinstance(e, PairwiseMatrix):
             d = e.definition
             return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]), free=env.get("__pairwise_free__", False),
-                                  pattern=env.get("__cluster_pattern__", False))
+                                  pattern=env.get("__cluster_pattern__", False), functions=env.get("__functions__"))
         if isinstance(e, MatrixSymbol):
             if e.name not in env:
                 raise KeyError(f"no value for symbol {e.name}")
@@ -241,6 +289,8 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
         if isinstance(e, ShiftedSolve):
             A, B, U, D = e.operator
             return arith.shifted_solve(ev(e.arg), ev(A), ev(B), ev(U), arith.diagonal(ev(D)))
+        if isinstance(e, DiagFunction):
+            return arith.diag_function(_concrete(e.function, env), arith.diagonal(ev(e.arg)))
         if isinstance(e, LowerHalf):
             return arith.lower_half(ev(e.arg))
         if isinstance(e, StrictlyLower):

@@ -20,6 +20,7 @@ from sympy import Basic
 from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 __all__ = [
+    "DiagFunction",
     "SameCluster",
     "ShiftedSolve",
     "DiagPart",
@@ -112,6 +113,48 @@ class StrictlyLower(_UnaryMatrixNode):
     ``<X, Y> = Re tr(X^H Y)`` (verified on explicit matrices where a rule is transposed)."""
 
     _label = "tril₋"
+
+
+class DiagFunction(MatrixExpr):
+    """``f(D)``: a scalar function applied to the entries of a diagonal matrix ``D``.
+
+    Arguments: ``(D, Lambda(x, f(x)))``; ``f`` may be an undefined SymPy function (a derivation
+    generic in ``f``, such as ``X = U f(D) U^T``) or a concrete expression.  It is diagonal and real
+    (``f`` real on real arguments), commutes with other diagonal factors, and its differential is
+    ``f'(D) dD`` with ``f'`` from SymPy."""
+
+    def __new__(cls, D, fn):
+        if not isinstance(fn, sp.Lambda):
+            raise TypeError("DiagFunction needs a sympy.Lambda")
+        return Basic.__new__(cls, sp.sympify(D), fn)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def function(self) -> sp.Lambda:
+        return self.args[1]
+
+    @property
+    def shape(self):
+        return self.arg.shape
+
+    @property
+    def label(self) -> str:
+        (x,), body = self.function.variables, self.function.expr
+        return sp.sstr(body.xreplace({x: sp.Symbol("·")})) if not isinstance(body, sp.core.function.AppliedUndef) else body.func.__name__
+
+    def derivative(self) -> "DiagFunction":
+        (x,), body = self.function.variables, self.function.expr
+        return DiagFunction(self.arg, sp.Lambda(x, sp.diff(body, x)))
+
+    def _eval_transpose(self):
+        return self
+
+    def _sympystr(self, printer):
+        (x,), body = self.function.variables, self.function.expr
+        return f"[{printer._print(body)} at {x} = {printer._print(self.arg)}]"
 
 
 class ShiftedSolve(MatrixExpr):

@@ -40,6 +40,7 @@ OPS = {
     "solve_lu": "A^-1 b (A^-H b with adjoint) through the LU factors the forward saved (or A itself)",
     "solve_right_lu": "a A^-1 (a A^-H with adjoint) through the saved LU factors (or A itself)",
     "inverse": "a^-1 on its own (structure: lower/upper triangular or general)",
+    "hadamard": "a ∘ b, a a pairwise matrix the rule takes as a parameter",
 }
 
 
@@ -61,6 +62,9 @@ class ResidualIR:
 
 #: parameter roles that are keyword arguments with default ``None`` in generated rule functions
 OPTIONAL_ROLES = ("factor", "mask", "option")
+#: the role of a pairwise matrix the rules take as a value: it depends on a scalar function the
+#: derivation is generic in (``L`` of a matrix function), and each instance computes its own
+PAIRWISE_ROLE = "pairwise"
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,36 @@ class PairwiseFn:
     def mask_param(self) -> str:
         """The rule parameter holding the cluster mask of this matrix's vector."""
         return f"{self.vector}_clusters"
+
+
+@dataclass(frozen=True)
+class InstanceIR:
+    """One concrete function of a derivation generic in a scalar ``f`` (``expm`` for ``exp``).
+
+    The generated module gets, per instance, ``<name>_f`` (``f`` elementwise), ``<name>_dd``
+    (``f[a, b]``, first divided differences, stable for every gap), ``<name>_L`` (the pairwise
+    matrix of them), ``<name>_dd2`` (``f[a, b, c]``) and the public ``<name>(A, ...)``.
+    ``options`` are the other symbols of ``f`` (``p`` of ``x**p``), keyword arguments in that order.
+    ``domain``/``smooth`` are the intervals where ``f`` is continuous and where ``f'`` is
+    (``None`` when they depend on an option and are found when called)."""
+
+    name: str
+    function: str  # the derivation's function name, "f"
+    expr: sp.Expr
+    variable: sp.Symbol
+    options: tuple[tuple[str, sp.Symbol], ...]
+    first: object  # divided.StableDividedDifference
+    second: object | None  # divided.StableSecondDifference, when the derivation has second_order
+    domain: tuple | None
+    smooth: tuple | None
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.options)
+
+    @property
+    def description(self) -> str:
+        return sp.sstr(self.expr)
 
 
 @dataclass(frozen=True)
@@ -299,6 +333,12 @@ class OperationIR:
     residuals_complex: tuple[ResidualIR, ...] = ()
     #: vectors whose cluster masks the rules take (``w`` for eigh)
     cluster_vectors: tuple[str, ...] = ()
+    #: the concrete functions of a derivation generic in a scalar function (``expm``, ``logm``)
+    instances: tuple[InstanceIR, ...] = ()
+    #: (pairwise symbol, vector param) of the function-dependent pairwise matrices the rules take
+    pairwise_params: tuple[tuple[str, str], ...] = ()
+    #: a spectral function's second-order rule exists (:meth:`Derivation.second_order`)
+    second_order: bool = False
 
     @property
     def complex(self) -> bool:

@@ -24,7 +24,8 @@ from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
 from ..calculus.nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
-from .ir import ForwardIR, InputIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR, ResidualIR, RuleIR, Value
+from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
+                 ResidualIR, RuleIR, Value)
 
 #: sizes used only to choose the order of matrix chains
 REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
@@ -126,6 +127,8 @@ class _Builder:
             other = [a for a in e.args if not isinstance(a, PairwiseMatrix)]
             if len(pw) != 1 or len(other) != 1:
                 raise LoweringError(f"unsupported Hadamard product {e}")
+            if pw[0].name in self.params:  # a pairwise matrix the rule takes as a value
+                return self.emit("hadamard", [self.params[pw[0].name].name, self.lower(other[0])], "matrix")
             fn = self.pairwise_names[pw[0].name]
             vec = self.vector_of[pw[0].name]
             x = other[0]
@@ -373,8 +376,9 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     residuals = _residuals(d)
     for _, _, (raw, code), real in residuals:
         factor_exprs += [code] + ([real[1]] if real is not None else [])
+    function_pairwise = {name for name, pdef in d.pairwise.items() if _depends_on_functions(d, pdef)}
     used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
-                            for p in e.atoms(PairwiseMatrix)})
+                            for p in e.atoms(PairwiseMatrix)} - function_pairwise)
     pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
     vector_of = {p.symbol: p.vector for p in pairwise}
@@ -382,6 +386,13 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
+        taken = sorted({p.name for e in exprs.values() for p in e.atoms(PairwiseMatrix)} & function_pairwise)
+        params = {**params, **{name: Param(name, name, "matrix", PAIRWISE_ROLE) for name in taken}}
+        if taken:  # outputs the rule does not read are not its parameters (the values of L's vector)
+            read = {x.name for e in exprs.values() for x in e.atoms(MatrixSymbol)}
+            read |= {p.definition.diagonal_of for e in exprs.values() for p in e.atoms(PairwiseMatrix)
+                     if p.name not in function_pairwise}
+            params = {k: v for k, v in params.items() if v.role != "primal" or k in read}
         b = _Builder(params, pw_names, vector_of, d.structure, factorized, pw_fns,
                      {api[o.name] for o in d.outputs if o.name in d.structure.diagonal})
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
@@ -517,7 +528,57 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         residuals_real=tuple(residuals_real),
         residuals_complex=tuple(residuals_complex),
         cluster_vectors=tuple(sorted({p.vector for p in pairwise if p.needs_clusters})),
+        instances=_instances(d),
+        pairwise_params=tuple((name, api[d.pairwise[name].diagonal_of]) for name in sorted(
+            {p.symbol for r in (jvp, vjp) for p in r.params if p.role == PAIRWISE_ROLE})),
+        second_order=d.second is not None,
     )
+
+
+def _depends_on_functions(d: Derivation, pdef) -> bool:
+    """The pairwise matrix's entries involve a scalar function the derivation is generic in."""
+    names = set(d.functions)
+    exprs = (sp.sympify(pdef.expr), sp.sympify(pdef.diagonal_value))
+    return any(isinstance(a, sp.core.function.AppliedUndef) and a.func.__name__ in names
+               for e in exprs for a in e.atoms(sp.core.function.AppliedUndef))
+
+
+def _intervals(s) -> tuple | None:
+    """A union of real intervals as ``((lo, hi, lo_open, hi_open), ...)`` (``None``: not one)."""
+    if s is sp.S.EmptySet:
+        return ()
+    parts = s.args if isinstance(s, sp.Union) else (s,)
+    out = []
+    for part in parts:
+        if part == sp.S.Reals:
+            part = sp.Interval(-sp.oo, sp.oo, True, True)
+        if not isinstance(part, sp.Interval):
+            return None
+        out.append((float(part.start), float(part.end), bool(part.left_open), bool(part.right_open)))
+    return tuple(out)
+
+
+def instance_ir(name: str, expr, var, options=(), *, function: str = "f", second: bool = True) -> InstanceIR:
+    """The :class:`InstanceIR` of ``f = expr`` (in ``var``): stable divided differences and domains."""
+    from .divided import domain, stable_divided_difference, stable_second_divided_difference
+
+    where = smooth = None
+    if not options:
+        where, smooth = (_intervals(s) for s in domain(expr, var))
+    return InstanceIR(
+        name=name, function=function, expr=expr, variable=var, options=tuple(options),
+        first=stable_divided_difference(expr, var),
+        second=stable_second_divided_difference(expr, var) if second else None,
+        domain=where, smooth=smooth)
+
+
+def _instances(d: Derivation) -> tuple[InstanceIR, ...]:
+    """The derivation's concrete functions (:meth:`Derivation.instantiate`)."""
+    out = []
+    for name, (functions, options) in sorted(d.instantiations.items()):
+        (fname, fn), = functions.items()
+        out.append(instance_ir(name, fn.expr, fn.variables[0], options, function=fname, second=d.second is not None))
+    return tuple(out)
 
 
 def _residuals(d: Derivation):

@@ -86,6 +86,7 @@ TORCH = ArrayPrinter(
         "skew": "0.5 * ({0} - {0}.mT)",
         "sym": "0.5 * ({0} + {0}.mT)",
         "pairwise_mul": "{fn}({0}{extra}) * {1}",
+        "hadamard": "{0} * {1}",
         "pairwise_mul_skew": "{fn}({0}, 0.5{extra}) * ({1} - {1}.mT)",
         "pairwise_mul_sym": "{fn}({0}, 0.5{extra}) * ({1} + {1}.mT)",
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
@@ -140,6 +141,7 @@ XP = ArrayPrinter(
         "skew": "0.5 * ({0} - xp.swapaxes({0}, -1, -2))",
         "sym": "0.5 * ({0} + xp.swapaxes({0}, -1, -2))",
         "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none'{extra})",
+        "hadamard": "{0} * {1}",
         "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew'{extra})",
         "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym'{extra})",
         "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
@@ -190,9 +192,9 @@ class _ScalarPython(PythonCodePrinter):
 
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
-        if exp == 2:  # x*x: one multiply, and no pow kernel on tensors
+        if exp == 2:  # x*x: one multiply, and no pow kernel on tensors (parenthesized: it may divide)
             b = self.parenthesize(base, 100)
-            return f"{b}*{b}"
+            return f"({b}*{b})"
         return super()._print_Pow(expr, rational=rational)
 
 
@@ -202,6 +204,13 @@ class _ScalarC(C99CodePrinter):
 
     def _print_Integer(self, expr):
         return f"T({int(expr)})"
+
+    def _print_Pow(self, expr):
+        base, exp = expr.args
+        if exp.is_Integer and 2 <= int(exp) <= 4:  # products, not pow(): exact and cheaper
+            b = self.parenthesize(base, 100)
+            return "(" + "*".join([b] * int(exp)) + ")"
+        return super()._print_Pow(expr)
 
     def _print_Rational(self, expr):
         return f"(T({expr.p}) / T({expr.q}))"
@@ -213,3 +222,29 @@ def scalar_python(expr: sp.Expr) -> str:
 
 def scalar_c(expr: sp.Expr) -> str:
     return _ScalarC({"strict": True}).doprint(expr)
+
+
+class _ArrayPython(PythonCodePrinter):
+    """Elementwise array expressions: SymPy's Python printer with ``math.`` functions taken from an
+    array module (``torch.exp``, ``xp.log1p``); ``abs`` and ``**`` work on arrays as written."""
+
+    def __init__(self, module: str, settings=None):
+        super().__init__(settings or {})
+        self.array_module = module
+
+    def _module_format(self, fqn, register=True):
+        if fqn.startswith("math."):
+            return f"{self.array_module}.{fqn[5:]}"
+        return super()._module_format(fqn, register)
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp == 2:  # parenthesized: it may divide
+            b = self.parenthesize(base, 100)
+            return f"({b}*{b})"
+        return super()._print_Pow(expr, rational=rational)
+
+
+def array_python(expr: sp.Expr, module: str = "torch") -> str:
+    """``expr`` as an elementwise expression on arrays of the module ``module`` (``torch``, ``xp``)."""
+    return _ArrayPython(module, {"strict": True, "fully_qualified_modules": True}).doprint(sp.sympify(expr))

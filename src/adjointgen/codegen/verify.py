@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ir import OPTIONAL_ROLES
+from .ir import OPTIONAL_ROLES, PAIRWISE_ROLE
 
 #: relative error allowed between a generated function and the derived expression (float64)
 TOLERANCE = 1e-8
@@ -46,9 +46,13 @@ def _is_complex(ctx) -> bool:
     return any(np.iscomplexobj(v) for v in ctx.env.values() if isinstance(v, np.ndarray))
 
 
-def _value(env, param):
+def _value(env, param, d=None, dims=None):
     if param.role in OPTIONAL_ROLES:
         return None  # a saved factorization, a cluster mask, an option: the rules' defaults
+    if param.role == PAIRWISE_ROLE:  # a function's pairwise matrix: the instance's own
+        from ..calculus.evaluate import evaluate
+
+        return evaluate(d.pairwise_matrix(param.symbol), env, dims)
     x = env[param.symbol]
     return np.diagonal(x).copy() if param.kind == "diag" else x
 
@@ -79,6 +83,8 @@ def verify_generated(project, d, op, texts: dict) -> None:
                                  to_numpy=lambda t: t.detach().resolve_conj().numpy())
                     if op.public is not None and op.public.torch_forward is not None:
                         _check_function(op, d, module, contexts, path, problems, torch)
+                    if op.instances:
+                        _check_instances(op, d, module, contexts, path, problems, torch)
     if problems:
         raise VerificationFailed(
             f"the generated code of '{op.name}' does not reproduce the audited derivation "
@@ -113,7 +119,8 @@ def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy)
                 continue
             env = dict(ctx.env)
             try:
-                got = fn(*[None if p.role in OPTIONAL_ROLES else to_array(_value(env, p)) for p in rule.params])
+                got = fn(*[None if p.role in OPTIONAL_ROLES else to_array(_value(env, p, d, ctx.dims))
+                           for p in rule.params])
             except Exception as exc:
                 problems.append(f"{path}: {rule.name} raised {type(exc).__name__}: {exc} (instance {index})")
                 break
@@ -199,3 +206,72 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                                         f"{cls.__name__} (instance {index})")
         except Exception as exc:
             problems.append(f"{path}: {cls.__name__} raised {type(exc).__name__}: {exc} (instance {index})")
+
+
+#: option values the instances with options are verified at (``p`` of ``x**p``)
+INSTANCE_OPTIONS = (1.5,)
+
+
+def _check_instances(op, d, module, contexts, path, problems, torch):
+    """Each concrete function of a derivation generic in ``f``: its public function's value, backward
+    and forward mode against the derived rule with that ``f`` substituted, and its generated
+    ``L`` and ``f[a, b, c]`` against the derivation's definitions, on the audit's matrices."""
+    import sympy as sp
+
+    from ..calculus.derivation import _second_divided
+    from ..calculus.evaluate import evaluate
+
+    for inst in op.instances:
+        opts = INSTANCE_OPTIONS[:len(inst.options)]
+        expr = inst.expr.xreplace({sym: sp.nsimplify(v) for (_, sym), v in zip(inst.options, opts)})
+        concrete = sp.Lambda(inst.variable, expr)
+        public = getattr(module, inst.name, None)
+        L_fn, dd2 = getattr(module, f"{inst.name}_L", None), getattr(module, f"{inst.name}_dd2", None)
+        if public is None or L_fn is None:
+            problems.append(f"{path}: the functions of {inst.name} are missing")
+            continue
+        f_num = sp.lambdify(inst.variable, expr, "numpy")
+        for index, ctx in enumerate(contexts):
+            env = dict(ctx.env)
+            env["__functions__"] = {inst.function: concrete}
+            X = d.rule_outputs[0].name
+            U = next(o.name for o in d.outputs if o.name in d.structure.orthonormal)
+            Dn = next(o.name for o in d.outputs if o.name in d.structure.diagonal)
+            A = env[d.inputs[0].name]
+            Uv, w = env[U], np.diagonal(env[Dn]).real.copy()
+            want_X = (Uv * f_num(w)) @ Uv.conj().T
+            try:
+                At = torch.from_numpy(A).requires_grad_()
+                out = public(At, *opts)
+                err = _relative_error(out.detach().resolve_conj().numpy(), want_X)
+                if not err <= TOLERANCE:
+                    problems.append(f"{path}: {inst.name} differs from V f(w) V^H by {err:.2e} (instance {index})")
+                g = ctx.cotangents["g" + X]
+                (gA,) = torch.autograd.grad(out, At, torch.from_numpy(g))
+                want = evaluate(d.vjp.raw["g" + d.inputs[0].name], env, ctx.dims)
+                err = _relative_error(gA.resolve_conj().numpy(), want)
+                if not err <= TOLERANCE:
+                    problems.append(f"{path}: {inst.name}: the backward differs from the derived VJP by {err:.2e} "
+                                    f"(instance {index})")
+                dA = env["d" + d.inputs[0].name]
+                _, tangent = torch.func.jvp(lambda a: public(a, *opts), (At.detach(),), (torch.from_numpy(dA),))
+                want = evaluate(d.jvp.raw["d" + X], env, ctx.dims)
+                err = _relative_error(tangent.resolve_conj().numpy(), want)
+                if not err <= TOLERANCE:
+                    problems.append(f"{path}: {inst.name}: forward mode differs from the derived JVP by {err:.2e} "
+                                    f"(instance {index})")
+                want_L = evaluate(d.pairwise_matrix(op.pairwise_params[0][0]), env, ctx.dims)
+                err = _relative_error(L_fn(torch.from_numpy(w), *opts).numpy(), want_L)
+                if not err <= TOLERANCE:
+                    problems.append(f"{path}: {inst.name}_L differs from the derivation's L by {err:.2e} (instance {index})")
+                if d.second is not None and dd2 is not None:
+                    second = _second_divided(env, d.pairwise[d.second.L])
+                    t = torch.from_numpy(w)
+                    got = dd2(t[:, None, None], t[None, :, None], t[None, None, :], *opts).numpy()
+                    want = np.array([[[second(a, b, c) for c in w] for b in w] for a in w])
+                    err = _relative_error(got, want)
+                    if not err <= TOLERANCE:
+                        problems.append(f"{path}: {inst.name}_dd2 differs from the second divided differences by "
+                                        f"{err:.2e} (instance {index})")
+            except Exception as exc:
+                problems.append(f"{path}: {inst.name} raised {type(exc).__name__}: {exc} (instance {index})")

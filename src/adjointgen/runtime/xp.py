@@ -129,6 +129,37 @@ def launch_pairwise_kernel(package: str, op: str, fn: str, part: str, w, X, thre
     return out
 
 
+def launch_matrix_kernel(package: str, op: str, fn: str, w, *options, threads: int = 256):
+    """Run the generated kernel ``<fn>_<f32|f64>`` of ``<package>/cuda/<op>.cu`` that fills
+    ``out (..., n, n)`` from ``w (..., n)`` (``L_ij = f[w_i, w_j]``), with scalar options."""
+    if w.dtype not in (numpy.float32, numpy.float64):
+        raise TypeError(f"{fn}: CUDA kernels exist for float32 and float64, not {w.dtype}")
+    suffix = "f32" if w.dtype == numpy.float32 else "f64"
+    kernel = _module(package, op).get_function(f"{fn}_{suffix}")
+    w = cupy.ascontiguousarray(w)
+    n = w.shape[-1]
+    out = cupy.empty(w.shape + (n,), dtype=w.dtype)
+    total = out.size
+    blocks = min((total + threads - 1) // threads, 65535)
+    if total:
+        kernel((blocks,), (threads,), (w, out, numpy.int32(n), numpy.int64(total), *[w.dtype.type(o) for o in options]))
+    return out
+
+
+def check_spectrum(xp, name: str, w, sympy_expr, options=()):
+    """The eigenvalues ``w`` checked against the domain of ``f`` (:mod:`adjointgen.runtime.domains`):
+    snapped onto a closed end within rounding, else a :class:`ValueError` naming the eigenvalue."""
+    from . import domains
+
+    where, _ = domains.intervals_for(sympy_expr, tuple(float(o) for o in options))
+    if w.size == 0 or where == domains.REALS:
+        return w
+    host = w.get() if is_cupy(xp) else numpy.asarray(w)
+    expr = sympy_expr[0]
+    snapped = domains.check_domain(name, expr, host, where)
+    return w if snapped is None else xp.asarray(snapped)
+
+
 def shifted_solve(xp, A, B, U, w, X):
     """The projected shifted solve ``S(X)`` of the generated rules, for dense NumPy/CuPy arrays:
     column ``i`` solves the bordered system ``[[A - w_i B, B U], [(B U)^T, 0]] [s; l] = [x_i; 0]``
