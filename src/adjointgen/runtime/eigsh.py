@@ -5,9 +5,26 @@ Dense inputs get the dense cotangent ``gA = sym(...)`` from ``eigsh_vjp``.  Spar
 inputs get the low-rank form ``gA = sym(L R^T)`` from ``eigsh_vjp_factors``: gathered on the
 sparsity pattern in O(nnz k), or pushed through the operator's matvec to its parameters — never an
 n×n dense tensor.
+
+A ``k`` that cuts through a degenerate eigenvalue (the k-th and (k+1)-th computed eigenvalues equal
+to within the solver's resolution, :attr:`PartialEighInfo.split`) leaves the kept pairs of that
+cluster arbitrary: which of its eigenvectors are "the k extreme ones" is not determined, and neither
+is any function of them — not ``V[:, i]``, not ``w[i]`` (the sum of the k smallest eigenvalues is a
+concave function of ``A`` with a kink exactly there, by Ky Fan's principle; it is differentiable
+only when the whole cluster is kept).  The forward warns; the backward (and forward mode) raises
+:class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` when the cotangent of an affected pair
+(``gw[i]`` or ``gV[:, i]`` for ``i`` in ``split``) is nonzero, and differentiates normally when the
+loss ignores those pairs.  Forward mode cannot know which outputs the loss uses and raises whenever
+the split is present.
+
+Batches: dense ``A`` and ``B`` broadcast over their batch dimensions like torch's (``A`` (3, 3) with
+``B`` (2, 3, 3), ``A`` (2, 3, 3) with ``B`` (2, 1, 3, 3) -> batch (2, 2)); an empty batch returns
+empty results of the right shapes (and an empty gradient).
 """
 from __future__ import annotations
 
+import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +32,8 @@ import torch
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
 from .eigsolvers import partial_eigh
-from .linear_operator import LinearOperator, sparse_lowrank_pattern_grad
+from .gauge import DegenerateSubspaceError
+from .linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
 from .solvers import backward_tol, solve_options
 
 
@@ -47,35 +65,61 @@ def _operator(spec, A, B, params):
     return opA, opB
 
 
+def _split_error(spec, w, split, what):
+    side = "largest" if spec.largest else "smallest"
+    values = ", ".join(f"{float(w[i]):.6g}" for i in split)
+    return DegenerateSubspaceError(
+        f"eigsh: k = {spec.k} cuts through a degenerate eigenvalue: the kept eigenvalue(s) {values} "
+        f"(index {', '.join(map(str, split))}) coincide with the first discarded one to within the "
+        f"solver's resolution, so which eigenvectors of that cluster are the {spec.k} {side} is "
+        f"arbitrary and {what} is not defined. Change k so the cluster is kept whole or left out, or "
+        "make the loss independent of those pairs (their w and V entries)")
+
+
 class EigshFunction(torch.autograd.Function):
-    """``(w, V) = eigsh(A, k, B)`` for one (unbatched) problem."""
+    """``(w, V, split) = eigsh(A, k, B)`` for one (unbatched) problem; ``split`` (a non-differentiable
+    bool mask over the k pairs) marks the kept pairs of a degenerate cluster that ``k`` cuts."""
 
     @staticmethod
     def forward(spec, A, B, *params):
         opA, opB = _operator(spec, A, B, params)
-        w, V, _ = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
-        return w, V
+        w, V, info = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
+        split = torch.zeros(spec.k, dtype=torch.bool, device=w.device)
+        if info.split:
+            split[list(info.split)] = True
+        return w, V, split, info.aid
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         spec, A, B, *params = inputs
-        w, V = output
+        w, V, split, aid = output
+        ctx.mark_non_differentiable(split)
+        # the forward's certifying factorization (and extra Ritz vectors) precondition the solves
+        ctx.aid = aid
         ctx.spec = spec
         ctx.n_params = len(params)
+        # the gap information, read on the host once here (not in every backward)
+        ctx.split = tuple(int(i) for i in torch.nonzero(split).flatten().tolist())
         ctx.save_for_backward(w, V, A, B, *params)
         ctx.save_for_forward(w, V, A, B)
 
     @staticmethod
-    def backward(ctx, gw, gV):
+    def backward(ctx, gw, gV, _gsplit=None, _gaid=None):
         w, V, A, B, *params = ctx.saved_tensors
         spec = ctx.spec
+        if ctx.split:
+            index = torch.tensor(ctx.split, device=w.device)
+            used = (gw is not None and bool((gw.index_select(-1, index) != 0).any())) or (
+                gV is not None and bool((gV.index_select(-1, index) != 0).any()))
+            if used:
+                raise _split_error(spec, w, ctx.split, "the gradient of a loss that uses them")
         opA, opB = _operator(spec, A, B, params)
         gw = torch.zeros_like(w) if gw is None else gw
         gV = torch.zeros_like(V) if gV is None else gV
         generalized = opB is not None
         args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
         module = rules_generalized if generalized else rules
-        with solve_options(tol=backward_tol(spec.tol, w.dtype)):
+        with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):
             if _dense(opA) and (opB is None or _dense(opB)):
                 grads = module.eigsh_generalized_vjp(*args) if generalized else (module.eigsh_vjp(*args),)
                 gA, gB = grads[0], (grads[1] if generalized else None)
@@ -91,14 +135,18 @@ class EigshFunction(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, _spec_tangent, dA, dB, *dparams):
         w, V, A, B = ctx.saved_tensors
+        if ctx.split:
+            raise _split_error(ctx.spec, w, ctx.split, "the forward-mode derivative of those pairs")
         if ctx.spec.A_op is not None or not _dense(A) or (B is not None and not _dense(B)):
             raise NotImplementedError("forward mode of eigsh needs dense A and B")
-        with solve_options(tol=backward_tol(ctx.spec.tol, w.dtype)):
+        with solve_options(tol=backward_tol(ctx.spec.tol, w.dtype), aid=ctx.aid):
             if B is None:
-                return rules.eigsh_jvp(A, w, V, dA)
-            dB = torch.zeros_like(B) if dB is None else dB
-            dA = torch.zeros_like(A) if dA is None else dA
-            return rules_generalized.eigsh_generalized_jvp(A, B, w, V, dA, dB)
+                dw, dV = rules.eigsh_jvp(A, w, V, dA)
+            else:
+                dB = torch.zeros_like(B) if dB is None else dB
+                dA = torch.zeros_like(A) if dA is None else dA
+                dw, dV = rules_generalized.eigsh_generalized_jvp(A, B, w, V, dA, dB)
+        return dw, dV, None, None
 
 
 def _input_gradient(X, op, params, L, R, needed):
@@ -125,26 +173,80 @@ def _input_gradient(X, op, params, L, R, needed):
     other = sparse_lowrank_pattern_grad(X, 0.5 * R, L)
     if X.layout == torch.sparse_csr:
         values = half.values() + other.values()
-        return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), values, X.shape), ()
-    return torch.sparse_coo_tensor(half.indices(), half.values() + other.values(), X.shape,
-                                   is_coalesced=X.is_coalesced()), ()
+        return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), values, X.shape,
+                                       check_invariants=False), ()
+    # _indices/_values: the user's COO tensor may be uncoalesced (the gradient keeps its entries)
+    return torch.sparse_coo_tensor(half._indices(), half._values() + other._values(), X.shape,
+                                   is_coalesced=X.is_coalesced(), check_invariants=False), ()
+
+
+def _check_k(k):
+    """``k`` as a Python int: integers (also numpy/torch integer scalars) only, never a bool."""
+    if isinstance(k, bool) or (isinstance(k, torch.Tensor) and k.dtype == torch.bool):
+        raise ValueError(f"eigsh: k must be an integer, got {k!r}")
+    if isinstance(k, torch.Tensor) and (k.dim() != 0 or k.is_floating_point() or k.is_complex()):
+        raise ValueError(f"eigsh: k must be an integer, got {k!r}")
+    try:
+        return operator.index(k)
+    except TypeError:
+        raise ValueError(f"eigsh: k must be an integer, got {k!r} ({type(k).__name__})") from None
+
+
+def _empty_batch(A, B, k, batch, n):
+    """Empty results connected to ``A`` (and ``B``) so that autograd returns empty gradients."""
+    if not 1 <= k <= n:
+        raise ValueError(f"eigsh: k must satisfy 1 <= k <= n = {n}, got k = {k}")
+    Ab = A.expand(*batch, n, n)
+    anchor = Ab.sum((-2, -1)) * 0
+    if B is not None:
+        anchor = anchor + B.expand(*batch, n, n).sum((-2, -1)) * 0
+    w = anchor.unsqueeze(-1).expand(*batch, k)
+    V = (Ab[..., :, :1] * 0 + anchor[..., None, None]).expand(*batch, n, k)
+    return w, V
+
+
+def _as_input(X):
+    """Torch tensors and LinearOperators as they are; numpy arrays, scipy sparse matrices and scipy
+    LinearOperators converted (to a dense tensor, a torch CSR tensor, a LinearOperator)."""
+    if X is None or isinstance(X, (torch.Tensor, LinearOperator)):
+        return X
+    op = as_operator(X)
+    return getattr(op, "matrix", op)
 
 
 def eigsh(A, k, B=None, *, largest=True, tol=None, maxiter=None):
     """See :func:`adjointgen.torch.eigsh`."""
-    if isinstance(A, torch.Tensor) and _dense(A) and A.dim() > 2:
-        batch = A.shape[:-2]
-        Bb = None if B is None else B.expand(*batch, *B.shape[-2:])
-        outs = [eigsh(A.reshape(-1, *A.shape[-2:])[i], k, None if Bb is None else Bb.reshape(-1, *B.shape[-2:])[i],
-                      largest=largest, tol=tol, maxiter=maxiter)
-                for i in range(A.reshape(-1, *A.shape[-2:]).shape[0])]
+    k = _check_k(k)
+    batched = (_dense(A) and A.dim() > 2) or (_dense(B) and B.dim() > 2)
+    if batched:
+        if not _dense(A) or (B is not None and not _dense(B)):
+            raise ValueError("eigsh: batched input (more than 2 dimensions) must be dense, for A and B")
+        if A.dim() < 2 or (B is not None and B.dim() < 2):
+            raise ValueError("eigsh: A and B must have shape (..., n, n)")
+        if B is not None and B.shape[-2:] != A.shape[-2:]:
+            raise ValueError(
+                f"eigsh: A and B must have the same matrix shape, got {tuple(A.shape)} and {tuple(B.shape)}")
+        try:
+            batch = torch.broadcast_shapes(A.shape[:-2], () if B is None else B.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"eigsh: the batch shapes of A {tuple(A.shape)} and B {tuple(B.shape)} do not "
+                             "broadcast") from None
+        n = A.shape[-1]
+        if math.prod(batch) == 0:
+            return _empty_batch(A, B, k, batch, n)
+        Af = A.expand(*batch, *A.shape[-2:]).reshape(-1, *A.shape[-2:])
+        Bf = None if B is None else B.expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:])
+        outs = [eigsh(Af[i], k, None if Bf is None else Bf[i], largest=largest, tol=tol, maxiter=maxiter)
+                for i in range(Af.shape[0])]
         w = torch.stack([o[0] for o in outs]).reshape(*batch, -1)
-        V = torch.stack([o[1] for o in outs]).reshape(*batch, A.shape[-1], -1)
+        V = torch.stack([o[1] for o in outs]).reshape(*batch, n, -1)
         return w, V
+    A, B = _as_input(A), _as_input(B)
     A_op = A if isinstance(A, LinearOperator) else None
     B_op = B if isinstance(B, LinearOperator) else None
     params_A = tuple(A_op.params) if A_op is not None else ()
     params_B = tuple(B_op.params) if B_op is not None else ()
-    spec = _Spec(int(k), bool(largest), tol, maxiter, A_op, B_op, len(params_A))
-    return EigshFunction.apply(spec, None if A_op is not None else A, None if B_op is not None else B,
-                               *params_A, *params_B)
+    spec = _Spec(k, bool(largest), tol, maxiter, A_op, B_op, len(params_A))
+    w, V, _split, _aid = EigshFunction.apply(spec, None if A_op is not None else A, None if B_op is not None else B,
+                                       *params_A, *params_B)
+    return w, V

@@ -11,17 +11,22 @@ dense block ``X`` of shape ``(n, m)``. Everything they accept is wrapped by :fun
 - ``diagonal()``, ``to_dense()``, ``is_finite()``, ``is_symmetric()``: cheap facts the solvers use
   for preconditioning, small-problem fallbacks and input checks.
 
-A user-built :class:`LinearOperator` carries its parameters explicitly (``params``): ``matvec(X,
-*params)`` is ordinary differentiable torch code, so a gradient of a loss with respect to the
-operator reaches the parameters by autograd through one extra matvec (the generated backward calls
-``matvec`` with the low-rank cotangent factors).
+A user-built :class:`LinearOperator` carries its parameters explicitly (``params``; without a
+floating tensor among them and without ``dtype=``, the dtype is inferred from one probe product, or
+a ``ValueError`` asks for it): ``matvec(X, *params)`` is ordinary differentiable torch code, so a
+gradient of a loss with respect to the operator reaches the parameters by autograd through one extra
+matvec (the generated backward calls ``matvec`` with the low-rank cotangent factors).
 
 :func:`sparse_lowrank_pattern_grad` turns a low-rank cotangent ``L R^T`` into the gradient with
-respect to the stored values of a sparse matrix, in ``O(nnz * r)`` without forming ``n x n``.
+respect to the stored values of a sparse matrix, in ``O(nnz * r)`` without forming ``n x n``. The
+sparse tensors built here pass ``check_invariants=False`` explicitly and torch's own warnings about
+its sparse support are silenced around them (they are not about the user's code).
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -34,6 +39,17 @@ __all__ = ["LinearOperator", "as_operator", "sparse_lowrank_pattern_grad"]
 _PATTERN_CHUNK_ELEMENTS = 1 << 20
 
 _SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr)
+
+
+@contextlib.contextmanager
+def _quiet_sparse():
+    """Silence torch's warnings about its own sparse support ("sparse CSR tensor support is in beta
+    state", "sparse invariant checks are implicitly disabled") around the sparse tensors built here
+    for the user: they are about torch, not about the user's code. Constructors inside also pass
+    ``check_invariants=False`` explicitly (the indices come from a valid matrix)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"(?i).*sparse.*(beta|invariant)")
+        yield
 
 
 def _torch_dtype_to_numpy(dtype: torch.dtype) -> np.dtype:
@@ -50,9 +66,12 @@ class LinearOperator:
         shape: ``(rows, n)``; the eigensolvers need ``rows == n``.
         params: tensors (or other objects) passed to ``matvec`` after ``X``. Gradients with respect
             to the operator are gradients with respect to these.
-        dtype: the operator's dtype; default: that of the first floating tensor in ``params``,
-            else ``torch.get_default_dtype()``.
-        device: the operator's device; default: that of the first tensor in ``params``, else CPU.
+        dtype: the operator's dtype; default: that of the first floating tensor in ``params``, else
+            inferred on first use from one probe product with a single zero column (tried in
+            ``torch.get_default_dtype()``, then float64, float32: the first dtype the matvec accepts
+            and returns unchanged). A ``ValueError`` asks for ``dtype=`` when no probe succeeds.
+        device: the operator's device; default: that of the first tensor in ``params``, else that of
+            the probe's result (CPU unless the matvec moves it).
         symmetric: whether ``A == A^T``. The eigensolvers refuse ``symmetric=False``.
 
     Example:
@@ -84,14 +103,14 @@ class LinearOperator:
         tensors = [p for p in params if isinstance(p, torch.Tensor)]
         if dtype is None:
             floating = [p.dtype for p in tensors if p.is_floating_point() or p.is_complex()]
-            dtype = floating[0] if floating else torch.get_default_dtype()
-        if device is None:
-            device = tensors[0].device if tensors else torch.device("cpu")
+            dtype = floating[0] if floating else None  # None: probed on first use
+        if device is None and tensors:
+            device = tensors[0].device
         self._matvec = matvec
         self._shape = shape
         self.params = params
         self._dtype = dtype
-        self._device = torch.device(device)
+        self._device = None if device is None else torch.device(device)
         self.symmetric = bool(symmetric)
 
     # -- basic facts -------------------------------------------------------------------------------
@@ -103,17 +122,52 @@ class LinearOperator:
     @property
     def dtype(self) -> torch.dtype:
         """The dtype products are computed in."""
+        if self._dtype is None:
+            self._probe()
         return self._dtype
 
     @property
     def device(self) -> torch.device:
         """The device products are computed on."""
+        if self._device is None:
+            if self._dtype is None:
+                self._probe()
+            else:
+                self._device = torch.device("cpu")
         return self._device
 
+    def _probe(self) -> None:
+        """Infer the dtype (and device) from one product with a zero column, for an operator built
+        without floating parameters or ``dtype=``."""
+        device = self._device or torch.device("cpu")
+        candidates = dict.fromkeys([torch.get_default_dtype(), torch.float64, torch.float32])
+        failures = []
+        for dtype in candidates:
+            X = torch.zeros(self._shape[1], 1, dtype=dtype, device=device)
+            try:
+                with torch.no_grad():
+                    Y = self._matvec(X, *self.params)
+            except Exception as exc:  # noqa: BLE001 - any failure means "not this dtype"
+                failures.append(f"{dtype}: {type(exc).__name__}: {exc}"[:200])
+                continue
+            if isinstance(Y, torch.Tensor) and Y.dtype == dtype and Y.shape == (self._shape[0], 1):
+                self._dtype = dtype
+                if self._device is None:
+                    self._device = Y.device
+                return
+            got = f"{Y.dtype} {tuple(Y.shape)}" if isinstance(Y, torch.Tensor) else type(Y).__name__
+            failures.append(f"{dtype}: returned {got}")
+        raise ValueError(
+            "LinearOperator: could not infer the dtype of the operator (it has no floating tensor in "
+            "params and a probe product with a zero column failed: " + "; ".join(failures)
+            + "); pass dtype= (and device=) explicitly"
+        )
+
     def __repr__(self) -> str:
+        # the stored facts (no probe product from a repr; None: not inferred yet)
         return (
-            f"{type(self).__name__}(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
-            f"device={self.device})"
+            f"{type(self).__name__}(kind={self.kind!r}, shape={self.shape}, dtype={self._dtype}, "
+            f"device={self._device})"
         )
 
     # -- products ----------------------------------------------------------------------------------
@@ -158,7 +212,7 @@ class LinearOperator:
 
     def to_dense(self) -> torch.Tensor:
         """The dense matrix ``A @ I`` (one product with the identity; for small operators only)."""
-        eye = torch.eye(self._shape[1], dtype=self._dtype, device=self._device)
+        eye = torch.eye(self._shape[1], dtype=self.dtype, device=self.device)
         return self.matmul(eye)
 
     def to_scipy(self):
@@ -188,12 +242,15 @@ class _DenseOperator(LinearOperator):
         return torch.diagonal(self.matrix)
 
     def is_finite(self) -> bool:
-        return bool(torch.isfinite(self.matrix).all())
+        # max |a_ij| in one pass without an n x n temporary (NaN propagates through the max)
+        return bool(torch.isfinite(torch.linalg.vector_norm(self.matrix.detach(), float("inf"))))
 
     def is_symmetric(self, rtol: float = 1e-10) -> bool:
-        A = self.matrix
+        A = self.matrix.detach()
         if A.shape[0] != A.shape[1]:
             return False
+        if torch.equal(A, A.mT):  # the common case, exactly symmetric: no temporaries
+            return True
         scale = A.abs().max()
         return bool((A - A.mT).abs().max() <= rtol * scale)
 
@@ -341,12 +398,14 @@ def as_operator(A: Any) -> LinearOperator:
         if sp is not None and sp.issparse(A):
             csr = sp.csr_matrix(A)
             csr.sort_indices()
-            A = torch.sparse_csr_tensor(
-                torch.from_numpy(csr.indptr.astype(np.int64)),
-                torch.from_numpy(csr.indices.astype(np.int64)),
-                torch.from_numpy(csr.data),
-                size=csr.shape,
-            )
+            with _quiet_sparse():
+                A = torch.sparse_csr_tensor(
+                    torch.from_numpy(csr.indptr.astype(np.int64)),
+                    torch.from_numpy(csr.indices.astype(np.int64)),
+                    torch.from_numpy(csr.data),
+                    size=csr.shape,
+                    check_invariants=False,
+                )
         elif spla is not None and isinstance(A, spla.LinearOperator):
             return _from_scipy_operator(A)
         else:
@@ -414,8 +473,10 @@ def sparse_lowrank_pattern_grad(A_sparse: torch.Tensor, L: torch.Tensor, R: torc
     ]
     dtype = torch.result_type(L, R)
     values = torch.cat(pieces) if pieces else torch.zeros(0, dtype=dtype, device=L.device)
-    if A_sparse.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(
-            A_sparse._indices(), values, (m, n), is_coalesced=A_sparse.is_coalesced()
-        )
-    return torch.sparse_csr_tensor(A_sparse.crow_indices(), A_sparse.col_indices(), values, (m, n))
+    with _quiet_sparse():
+        if A_sparse.layout == torch.sparse_coo:
+            return torch.sparse_coo_tensor(
+                A_sparse._indices(), values, (m, n), is_coalesced=A_sparse.is_coalesced(), check_invariants=False
+            )
+        return torch.sparse_csr_tensor(A_sparse.crow_indices(), A_sparse.col_indices(), values, (m, n),
+                                       check_invariants=False)

@@ -20,20 +20,35 @@ curvature has the wrong sign (the kept pairs were not extreme, or ``d_i`` is int
 batched MINRES written here, which needs only symmetry. :func:`solve_projected_shifted_dense` solves
 small dense problems exactly through the bordered system.
 
+Preconditioners from the forward (:class:`ShiftedSolveAid`, passed as ``preconditioner=`` by
+:mod:`adjointgen.runtime.solvers`): the partial eigensolver certifies its eigenvalue count with a
+factorization of ``A - sigma B`` at a shift between the kept and the discarded spectrum, and the
+block Lanczos / direct routes have Ritz pairs beyond the kept ones. :class:`DenseFactorAid` uses the
+Cholesky factor as ``M^{-1}`` in a balancing two-level preconditioner that is exact on the extra
+Ritz vectors; :class:`SparseFactorAid` uses a few sparse ``LDL^T`` factorizations at shifts near the
+kept eigenvalues; :class:`SpectralAid` (the full spectrum known) solves exactly. Measured: dense GOE
+n = 2000, k = 8: 15 CG iterations instead of 186; 300 x 300 grid Laplacian with potential, k = 8
+largest: 9 instead of 725 (the top of its spectrum is clustered: gaps of 4e-5 at a norm of 8.6).
+
 Neither function holds a derivative formula: the generated rules decide what ``R`` is.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from .errors import ConvergenceError
 from .linear_operator import LinearOperator, as_operator
 
-__all__ = ["ProjectedSolveInfo", "solve_projected_shifted", "solve_projected_shifted_dense"]
+__all__ = [
+    "DenseFactorAid", "ProjectedSolveInfo", "ShiftedSolveAid", "SparseFactorAid", "SpectralAid",
+    "solve_projected_shifted", "solve_projected_shifted_dense",
+]
 
 _DEFINITENESS = ("auto", "positive", "negative", "indefinite")
 
@@ -264,6 +279,192 @@ def _minres(system, R, d, X, columns, tol, maxiter, R_norms):
     unconverged = final > tol * normc
     X = X.index_copy(1, columns, Xc)
     return X, products, unconverged
+
+
+# ---------------------------------------------------------------------------------------------------
+# preconditioners built from what the forward eigensolver already holds
+# ---------------------------------------------------------------------------------------------------
+class ShiftedSolveAid:
+    """What a forward eigensolver leaves behind to precondition the backward's projected shifted
+    solves (*): a factorization of ``A - sigma B`` for a shift ``sigma`` between the kept and the
+    discarded spectrum (the one that certified the eigenvalue count), and possibly extra Ritz pairs
+    beyond the kept ones (a deflation space).
+
+    On ``S = {x : U^T B x = 0}`` the operator of column ``i`` is ``K_i = s (A - d_i B)`` (``s = +1``
+    for the smallest kept pairs, ``-1`` for the largest), positive definite; a factorization at
+    ``sigma`` gives ``K_sigma^{-1}``, also positive definite on ``S`` (``sigma`` lies beyond the
+    discarded spectrum's end), and ``K_sigma^{-1} K_i`` has eigenvalues
+    ``(d_i - lambda_j) / (sigma - lambda_j)`` over the discarded ``lambda_j``: near 1 except for the
+    few ``lambda_j`` next to the kept ones, which the deflation space or CG itself removes.
+
+    :meth:`preconditioner` returns the callable :func:`solve_projected_shifted` takes."""
+
+    sign: float
+    #: the kept pairs the aid was made for: ``(n, k)`` and their eigenvalues
+    n: int = 0
+    shifts: torch.Tensor | None = None
+
+    def bind(self, U: torch.Tensor, d: torch.Tensor) -> "ShiftedSolveAid":
+        """Record the pairs (shape and eigenvalues) this aid belongs to."""
+        self.n, self.shifts = int(U.shape[0]), d.detach().clone()
+        return self
+
+    def matches(self, U: torch.Tensor, d: torch.Tensor) -> bool:
+        """Whether a solve with these pairs is the one the aid was made for (same size, same shifts)."""
+        if self.shifts is None or U.dim() != 2 or U.shape[0] != self.n or d.shape != self.shifts.shape:
+            return False
+        # equal up to rounding (svds passes S * S with S = sqrt(w))
+        d = d.detach().to(self.shifts.dtype)
+        tolerance = 100 * torch.finfo(d.dtype).eps * float(self.shifts.abs().max().clamp_min(1e-300))
+        return bool(((d - self.shifts).abs() <= tolerance).all())
+
+    def preconditioner(self, opA, opB, U, BU, d) -> Callable | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _deflated(apply_inverse, sign, opA, opB, W, d):
+    """The balancing (BNN) two-level preconditioner ``P^T M^{-1} P + Q_W`` with ``Q_W = W E^{-1} W^T``,
+    ``E_i = W^T K_i W``, ``P = I - K_i Q_W``: exact on ``span(W)``, ``M^{-1} = apply_inverse``
+    elsewhere; symmetric positive definite whenever ``M^{-1}`` and ``K_i`` are on ``S``."""
+    AW = opA.matmul(W)
+    BW = W if opB is None else opB.matmul(W)
+    H = W.mT @ AW
+    G = W.mT @ BW
+    H, G = (H + H.mT) / 2, (G + G.mT) / 2
+    E = sign * (H.unsqueeze(0) - d[:, None, None] * G.unsqueeze(0))  # (m, p, p), one per column
+    E_inverse = torch.linalg.inv(E)
+
+    def K_of(T, dc):  # K_c (W t_c) for the coefficient block T (p x c)
+        return sign * (AW @ T - (BW @ T) * dc)
+
+    def apply(R, columns):
+        dc = d[columns]
+        Einv = E_inverse[columns]
+        coarse = torch.einsum("cij,jc->ic", Einv, W.mT @ R)
+        Z = apply_inverse(R - K_of(coarse, dc), columns)
+        KZ = sign * (AW.mT @ Z - (BW.mT @ Z) * dc)  # (K_c W)^T z_c
+        Z = Z - W @ torch.einsum("cij,jc->ic", Einv, KZ)
+        return Z + W @ coarse
+
+    return apply
+
+
+class DenseFactorAid(ShiftedSolveAid):
+    """A Cholesky factor ``L`` of ``C = s (A - sigma B) + BU D (BU)^T`` (positive definite; it equals
+    ``K_sigma`` on ``S``), and optionally a deflation block ``W`` (``U^T B W = 0``). ``factor``: a
+    callable returning ``L`` (or ``None``), called on first use instead (the direct route computes
+    nothing for the backward unless a backward runs)."""
+
+    def __init__(self, L: torch.Tensor | None, sign: float, W: torch.Tensor | None = None, factor=None):
+        self.L, self.sign, self.W, self._factor = L, float(sign), W, factor
+
+    def preconditioner(self, opA, opB, U, BU, d):
+        if self.L is None and self._factor is not None:
+            self.L, self._factor = self._factor(), None
+        if self.L is None:
+            return None
+        L = self.L.to(d.dtype)
+
+        def apply_inverse(R, columns):
+            Y = torch.linalg.solve_triangular(L, R.to(L.dtype), upper=False)
+            return torch.linalg.solve_triangular(L.mT, Y, upper=True).to(R.dtype)
+
+        if self.W is None or self.W.shape[1] == 0:
+            return apply_inverse
+        return _deflated(apply_inverse, self.sign, opA, opB, self.W.to(d.dtype), d)
+
+
+class SpectralAid(ShiftedSolveAid):
+    """The full eigendecomposition ``A = V diag(lambda) V^T`` (``B = I``): the projected shifted solve
+    is then exact, ``x_i = V_c ((V_c^T r_i) / (lambda_c - d_i))`` over the discarded pairs ``c``, two
+    GEMMs for all columns (:meth:`solve`)."""
+
+    def __init__(self, eigenvalues: torch.Tensor, eigenvectors: torch.Tensor, kept: torch.Tensor, sign: float):
+        discarded = torch.ones(eigenvalues.shape[0], dtype=torch.bool, device=eigenvalues.device)
+        discarded[kept] = False
+        self.values, self.vectors = eigenvalues[discarded], eigenvectors[:, discarded]
+        self.sign = float(sign)
+
+    def solve(self, U, d, R):
+        C = self.vectors.mT @ R.to(self.vectors.dtype)
+        denominator = self.values[:, None] - d.to(self.values.dtype)[None, :]
+        tiny = torch.finfo(denominator.dtype).tiny
+        denominator = torch.where(denominator.abs() > tiny, denominator, torch.full_like(denominator, tiny))
+        return (self.vectors @ (C / denominator)).to(R.dtype)
+
+    def preconditioner(self, opA, opB, U, BU, d):
+        return lambda R, columns: self.sign * self.solve(U, d[columns], R)
+
+
+class SparseFactorAid(ShiftedSolveAid):
+    """Sparse symmetric-mode LU factors of ``A - sigma_g B`` (scipy, float64) for a few shifts
+    ``sigma_g``: the certifying one, and more made on demand so that every kept eigenvalue ``d_i`` has
+    one at a distance from the first discarded eigenvalue ``theta`` within a factor ``ratio`` of its
+    own (``kappa <= ratio`` for ``K_sigma^{-1} K_i`` on the discarded spectrum's end). At most
+    ``max_factors`` factorizations in all."""
+
+    def __init__(self, A_scipy, B_scipy, sign: float, theta: float, factors: dict, *, ratio: float = 3.0,
+                 max_factors: int = 4):
+        self.A, self.B, self.sign, self.theta = A_scipy, B_scipy, float(sign), float(theta)
+        self.factors = dict(factors)  # sigma -> splu object
+        self.ratio, self.max_factors = float(ratio), int(max_factors)
+
+    def _factor(self, sigma):
+        import scipy.sparse.linalg as spla
+
+        if sigma not in self.factors:
+            M = (self.A - sigma * self.B).tocsc()
+            self.factors[sigma] = spla.splu(M, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                                            options={"SymmetricMode": True})
+        return self.factors[sigma]
+
+    def _plan(self, d: np.ndarray) -> dict:
+        """shift -> columns: geometric groups of the distances ``|d_i - theta|``."""
+        t = np.abs(d - self.theta)
+        t = np.maximum(t, 1e-300)
+        order = np.argsort(t)
+        known = {abs(s - self.theta): s for s in self.factors}
+        ratio = max(self.ratio, (t.max() / t.min()) ** (1.0 / max(self.max_factors, 1)))
+        plan: dict = {}
+        start = 0
+        direction = 1.0 if self.sign < 0 else -1.0  # the kept side of theta
+        while start < len(order):
+            stop = start
+            while stop + 1 < len(order) and t[order[stop + 1]] <= ratio * t[order[start]]:
+                stop += 1
+            lo, hi = t[order[start]], t[order[stop]]
+            centre = math.sqrt(lo * hi)
+            reuse = [s for dist, s in known.items() if max(hi / dist, dist / lo) <= ratio]
+            sigma = reuse[0] if reuse else self.theta + direction * centre
+            plan.setdefault(sigma, []).extend(int(i) for i in order[start:stop + 1])
+            start = stop + 1
+        return plan
+
+    def preconditioner(self, opA, opB, U, BU, d):
+        import scipy.sparse.linalg  # noqa: F401  (fail early if scipy is missing)
+
+        plan = self._plan(d.detach().double().cpu().numpy())
+        groups = []
+        for sigma, columns in plan.items():
+            try:
+                lu = self._factor(sigma)
+            except RuntimeError:  # exactly singular at this shift: nudge it
+                sigma = sigma + 1e-3 * abs(sigma - self.theta)
+                lu = self._factor(sigma)
+            groups.append((lu, torch.tensor(columns, dtype=torch.long)))
+        sign = self.sign
+
+        def apply(R, columns):
+            Rn = R.detach().double().cpu().numpy()
+            Z = np.empty_like(Rn)
+            wanted = {int(c): j for j, c in enumerate(columns.tolist())}
+            for lu, group in groups:
+                local = [wanted[int(c)] for c in group.tolist() if int(c) in wanted]
+                if local:
+                    Z[:, local] = sign * lu.solve(np.ascontiguousarray(Rn[:, local]))
+            return torch.from_numpy(Z).to(dtype=R.dtype, device=R.device)
+
+        return apply
 
 
 def solve_projected_shifted(

@@ -3,7 +3,9 @@
 Column ``i`` of ``S(X)`` is ``w_i`` with ``P (A - d_i B) w_i = P x_i`` and ``U^T B w_i = 0``,
 ``P = I - B U U^T``.  Small dense problems use the exact bordered solve (differentiable, so second
 derivatives work); larger or matrix-free ones use block CG/MINRES on ``P X`` to the tolerance set by
-:func:`solve_options` (the partial eigensolver sets it from its own tolerance).
+:func:`solve_options` (the partial eigensolver sets it from its own tolerance), preconditioned by
+the factorization the forward eigensolver certified its count with, and deflated by its extra Ritz
+vectors, when it left them (``solve_options(aid=...)``, :class:`~adjointgen.runtime.linsolve.ShiftedSolveAid`).
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ _options: contextvars.ContextVar = contextvars.ContextVar("adjointgen_solve_opti
 @contextlib.contextmanager
 def solve_options(**options):
     """Options for the iterative solves inside: ``tol`` (relative residual per column),
-    ``maxiter``, ``direct`` (force or forbid the bordered dense solve)."""
+    ``maxiter``, ``direct`` (force or forbid the bordered dense solve), ``aid`` (a
+    :class:`~adjointgen.runtime.linsolve.ShiftedSolveAid` left by the forward eigensolver for these
+    eigenpairs: it preconditions the iterative solve when its shape and shifts match)."""
     token = _options.set({**_options.get(), **{k: v for k, v in options.items() if v is not None}})
     try:
         yield
@@ -75,7 +79,14 @@ def _iterative(A, B, U, d, X, opts):
     BU = U if opB is None else opB.matmul(U)
     R = X - BU @ (U.mT @ X)  # P X
     tol = opts.get("tol", default_tol(X.dtype))
-    return solve_projected_shifted(opA, opB, U, BU, d, R, tol=tol, maxiter=opts.get("maxiter"))
+    preconditioner = None
+    aid = opts.get("aid")
+    if aid is not None and aid.matches(U, d):
+        if hasattr(aid, "solve"):  # the full spectrum is known: the solve is exact
+            return aid.solve(U, d, R)
+        preconditioner = aid.preconditioner(opA, opB, U, BU, d)
+    return solve_projected_shifted(opA, opB, U, BU, d, R, tol=tol, maxiter=opts.get("maxiter"),
+                                   preconditioner=preconditioner)
 
 
 class _IterativeShiftedSolve(torch.autograd.Function):
