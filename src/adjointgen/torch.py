@@ -213,7 +213,7 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
     if hermitian:
         checks.symmetric(A, "A")
         A = 0.5 * (A + A.mT)  # equal for valid input; the gradient is symmetric, as for eigh
-    return PinvFunction.apply(A, (atol, rtol, hermitian))
+    return PinvFunction.apply(A, checks.Options((atol, rtol, hermitian)))
 
 
 def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | None = None,

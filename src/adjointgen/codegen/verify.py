@@ -154,7 +154,9 @@ def _check_function(op, d, module, contexts, path, problems, torch):
         if complex_instance and not pub.complex:
             continue
         inputs = [torch.from_numpy(ctx.env[s.name]).requires_grad_() for s in d.inputs]
-        call = (lambda *xs: cls.apply(*xs, options)) if options else cls.apply
+        from ..runtime.checks import Options
+
+        call = (lambda *xs: cls.apply(*xs, Options(options))) if options else cls.apply
         try:
             with gauge.disabled():
                 out = call(*inputs)

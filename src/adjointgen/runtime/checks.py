@@ -163,3 +163,27 @@ def broadcast_batch(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         shapes = ", ".join(str(tuple(x.shape)) for x in xs)
         raise ValueError(f"the batch dimensions do not broadcast: shapes {shapes}") from None
     return tuple(x.expand(*batch, *x.shape[-2:]) for x in xs)
+
+
+class Options:
+    """The non-tensor options of a generated autograd function (``atol``, ``cluster_rtol``), as one
+    opaque argument: a tuple would be flattened by the ``torch.func`` transforms into several
+    arguments, which then miscount the tangents of ``jvp(vmap(f))`` and ``hessian``.  Indexes and
+    slices like the tuple it holds."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def __getitem__(self, index):
+        return self.values[index]
+
+    def __len__(self):
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __repr__(self):
+        return f"Options{self.values!r}"
