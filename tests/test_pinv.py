@@ -189,3 +189,14 @@ def test_empty_hermitian_forward_and_backward(shape):
     P.sum().backward()
     assert A.grad.shape == shape
     assert agt.pinv(A.detach(), hermitian=True).shape == P.shape
+
+
+def test_jvp_of_vmap_and_hessian_see_the_options_as_one_argument():
+    A = torch.randn(3, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    t = torch.randn_like(A)
+    _, got = torch.func.jvp(torch.vmap(agt.pinv), (A,), (t,))
+    _, want = torch.func.jvp(torch.linalg.pinv, (A,), (t,))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    H = torch.func.hessian(lambda a: agt.pinv(a).square().sum())(A[0])
+    H2 = torch.func.hessian(lambda a: torch.linalg.pinv(a).square().sum())(A[0])
+    torch.testing.assert_close(H, H2, rtol=1e-8, atol=1e-8)

@@ -75,7 +75,7 @@ class Spectral:
         """``w``, with eigenvalues a rounding error outside a closed end of the domain moved onto
         it; a :class:`ValueError` naming the eigenvalue if one is outside otherwise."""
         domain, _ = self.intervals(opts)
-        if w.numel() == 0 or domain == _domains.REALS:
+        if w.numel() == 0 or domain == _domains.REALS or _inside_one(w, domain, finite=True):
             return w
         snapped = _domains.check_domain(self.name, self.expr, w.detach().cpu().numpy(), domain)
         return w if snapped is None else torch.as_tensor(snapped, device=w.device)
@@ -83,8 +83,21 @@ class Spectral:
     def check_smooth(self, w, opts=()):
         """A :class:`ValueError` if ``f'`` is not finite at an eigenvalue (``sqrt`` at 0)."""
         _, smooth = self.intervals(opts)
-        if w.numel() and smooth != _domains.REALS:
+        if w.numel() and smooth != _domains.REALS and not _inside_one(w, smooth, margin=True):
             _domains.check_smooth(self.name, self.expr, w.detach().cpu().numpy(), smooth)
+
+
+def _inside_one(w, intervals, finite=False, margin=False) -> bool:
+    """Every eigenvalue inside the first interval (and finite), by two reductions: the common case,
+    decided without leaving the device; ``False`` sends the caller to the detailed check.  With
+    ``margin``, an open end must be cleared by more than rounding (``8 n eps max|w|``)."""
+    lo, hi, lo_open, hi_open = intervals[0]
+    wmin, wmax = w.amin(), w.amax()
+    tol = 8 * w.shape[-1] * torch.finfo(w.dtype).eps * torch.maximum(wmax.abs(), wmin.abs()) if margin else 0
+    ok = ((wmin > lo + tol) if lo_open else (wmin >= lo)) & ((wmax < hi - tol) if hi_open else (wmax <= hi))
+    if finite:
+        ok = ok & torch.isfinite(wmax) & torch.isfinite(wmin)
+    return bool(ok)
 
 
 # ------------------------------------------------------------------ the second-order rule
@@ -150,6 +163,10 @@ class _Funm(torch.autograd.Function):
         A, w, V = ctx.saved_tensors
         if gX is None:
             return None, None
+        if not torch.is_grad_enabled():  # no higher derivatives asked for: the rule itself
+            spec, opts = ctx.bound.spec, ctx.bound.opts
+            spec.check_smooth(w, opts)
+            return spec.frechet(w, V, gX.to(V.dtype) if V.is_complex() else gX, spec.L(w, opts)), None
         return _Frechet.apply(A, gX, w, V, ctx.bound), None
 
     @staticmethod
