@@ -299,6 +299,10 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     m, n = A.shape[-2:]
     if not isinstance(k, int) or not 1 <= k <= min(m, n):
         raise ValueError(f"k must be an integer in [1, min(m, n) = {min(m, n)}], got {k!r}")
+    if A.dim() > 2 and A.numel() == 0:  # an empty batch: empty results, connected to A for autograd
+        anchor = A.sum((-2, -1), keepdim=True) * 0
+        batch = A.shape[:-2]
+        return (anchor.expand(*batch, m, k), anchor[..., 0].expand(*batch, k), anchor.expand(*batch, k, n))
     if A.dim() > 2:
         outs = [svds(a, k, largest=largest, tol=tol, maxiter=maxiter) for a in A.reshape(-1, m, n).unbind(0)]
         return tuple(torch.stack([o[i] for o in outs]).reshape(*A.shape[:-2], *outs[0][i].shape) for i in range(3))

@@ -232,6 +232,8 @@ def eigsh(A, k, B=None, *, largest=True, tol=None, maxiter=None):
             raise ValueError(f"eigsh: the batch shapes of A {tuple(A.shape)} and B {tuple(B.shape)} do not "
                              "broadcast") from None
         n = A.shape[-1]
+        if not 1 <= k <= n:
+            raise ValueError(f"eigsh: k must satisfy 1 <= k <= n = {n}, got k = {k}")
         if math.prod(batch) == 0:
             return _empty_batch(A, B, k, batch, n)
         Af = A.expand(*batch, *A.shape[-2:]).reshape(-1, *A.shape[-2:])
