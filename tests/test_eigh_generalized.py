@@ -140,3 +140,25 @@ def test_bad_B_raises(make_B, match):
     A, _ = problem(4, 2.0)
     with pytest.raises(ValueError, match=match):
         agt.eigh(A, make_B(4))
+
+
+def test_complex_hermitian_definite_problem():
+    import scipy.linalg
+
+    import adjointgen.testing as agtest
+    import adjointgen.torch as agt
+
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(4, 4, dtype=torch.complex128, generator=g)
+    A = (A + A.mH) / 2
+    B = torch.randn(4, 4, dtype=torch.complex128, generator=g)
+    B = B @ B.mH + torch.eye(4)
+    w, V = agt.eigh(A, B)
+    torch.testing.assert_close(w, torch.from_numpy(scipy.linalg.eigh(A.numpy(), B.numpy(), eigvals_only=True)))
+    torch.testing.assert_close(V.mH @ B @ V, torch.eye(4, dtype=torch.complex128))
+    Ar, Br = A.clone().requires_grad_(), B.clone().requires_grad_()
+    assert agtest.gradcheck(lambda a, b: agt.eigh(a, b)[0], (Ar, Br), check_forward_ad=True)
+    assert agtest.gradcheck(lambda a, b: agt.eigh(a, b)[1].abs(), (Ar, Br), check_forward_ad=True)
+    assert agtest.gradgradcheck(lambda a, b: agt.eigh(a, b)[1].abs(), (Ar, Br))
+    with pytest.raises(ValueError, match="phase"):
+        torch.autograd.grad(agt.eigh(Ar, Br)[1].real.sum(), Ar)

@@ -122,11 +122,11 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float 
     generalized symmetric-definite problem ``A V = B V diag(w)``, ``V^T B V = I``.
 
     Args:
-        A: real symmetric matrices ``(..., n, n)``, float32 or float64, or (without ``B``) complex
-            Hermitian ones, complex64 or complex128.  Only symmetric (Hermitian) perturbations are
+        A: real symmetric matrices ``(..., n, n)``, float32 or float64, or complex Hermitian ones,
+            complex64 or complex128.  Only symmetric (Hermitian) perturbations are
             meaningful, so the gradient with respect to ``A`` is symmetric (Hermitian).
-        B: optional symmetric positive definite matrices of the same shape (batch dimensions
-            broadcast); differentiable too (symmetric gradient).
+        B: optional symmetric (Hermitian) positive definite matrices of the same shape and dtype
+            (batch dimensions broadcast); differentiable too (symmetric gradient).
 
     Returns:
         ``(w, V)``: eigenvalues ascending ``(..., n)`` and eigenvectors ``(..., n, n)``,
