@@ -179,3 +179,39 @@ def test_the_command_line_starts_without_torch_or_sympy(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fresh")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_matrix_functions_of_your_own_through_a_copied_catalogue_derivation(tmp_path, monkeypatch):
+    """`init --copy funm`: the catalogue's generic derivation, edited to instantiate the user's f."""
+    import re
+
+    import torch
+
+    import adjointgen.testing as agtest
+
+    folder = tmp_path / "spectral"
+    r = run("init", str(folder), "--package", "spectral_ops._adjoint", "--copy", "funm", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (folder / "derivations" / "_eigenspaces.py").is_file()  # the helper it imports
+    path = folder / "derivations" / "funm.py"
+    text, count = re.subn(r"^CATALOGUE = .*$", 'CATALOGUE = {"coshm": sp.cosh(x)}', path.read_text(), flags=re.M)
+    assert count == 1
+    path.write_text(text)
+    r = run("generate", "funm", cwd=folder)
+    assert r.returncode == 0, r.stdout + r.stderr
+    monkeypatch.syspath_prepend(str(folder / "src"))
+    module = importlib.import_module("spectral_ops._adjoint.torch.funm")
+    A = torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    A = (A + A.mT) / 2
+    torch.testing.assert_close(module.coshm(A), (torch.linalg.matrix_exp(A) + torch.linalg.matrix_exp(-A)) / 2)
+    assert agtest.gradgradcheck(module.coshm, (A.requires_grad_(),))
+    assert not hasattr(module, "expm")
+    assert run("init", str(tmp_path / "other"), "--copy", "nonesuch", cwd=tmp_path).returncode == 2
+
+
+def test_the_catalogue_is_audited_from_anywhere(tmp_path):
+    r = run("--catalogue", "list", cwd=tmp_path)
+    assert r.returncode == 0 and "eigh" in r.stdout and "funm" in r.stdout
+    r = run("--catalogue", "audit", "inv", "--numeric-only", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "PASSED" in r.stdout

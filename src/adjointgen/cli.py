@@ -15,8 +15,12 @@ from pathlib import Path
 
 
 def _project(args):
-    from .project import load_project
+    from .project import catalogue_project, load_project
 
+    if getattr(args, "catalogue", False):
+        if args.root:
+            raise SystemExit("error: --root and --catalogue exclude each other")
+        return catalogue_project()
     return load_project(args.root)
 
 
@@ -110,9 +114,9 @@ def cmd_init(args) -> int:
     from .skeleton import write_project
 
     try:
-        written = write_project(Path(args.dir), package=args.package, force=args.force)
-    except FileExistsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        written = write_project(Path(args.dir), package=args.package, force=args.force, copy=args.copy)
+    except (FileExistsError, KeyError) as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     for p in written:
         print(f"wrote {p}")
@@ -139,6 +143,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="adjointgen", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", help="project folder (default: found from the current directory upward)")
+    p.add_argument("--catalogue", action="store_true",
+                   help="act on adjointgen's own catalogue as installed (audit, list, generate --check)")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="audit and regenerate the output package (writes nothing if an audit fails)")
     g.add_argument("names", nargs="*", help="operations (default: all)")
@@ -155,6 +161,9 @@ def main(argv=None) -> int:
     i.add_argument("dir", help="folder of the new project (created; must not hold a pyproject.toml)")
     i.add_argument("--package", help="the generated package (default: <dir name>._adjoint)")
     i.add_argument("--force", action="store_true", help="overwrite existing files")
+    i.add_argument("--copy", action="append", default=[], metavar="NAME",
+                   help="also copy the catalogue's derivation NAME (and its helpers) into the project, to edit "
+                        "(e.g. funm, to instantiate matrix functions of your own); repeatable")
     i.set_defaults(func=cmd_init)
     r = sub.add_parser("reference", help="print the reference of derivation steps and the sampler contract (markdown)")
     r.add_argument("--check", metavar="FILE", help="fail if FILE differs from the reference")

@@ -25,7 +25,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "find_project", "load_project"]
+__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "catalogue_project", "find_project",
+           "load_project"]
 
 #: the backends a project can generate, with the file (under the output package) of each operation
 BACKENDS = {
@@ -106,6 +107,19 @@ def builtin_templates() -> Path:
     return Path(str(resources.files("adjointgen.templates")))
 
 
+def catalogue_project() -> Project:
+    """adjointgen's own catalogue as installed (``adjointgen.catalogue`` derivations,
+    ``adjointgen.generated`` output): what ``adjointgen --catalogue ...`` audits, lists or checks,
+    from any folder, with no checkout."""
+    from importlib import resources
+
+    derivations = Path(str(resources.files("adjointgen.catalogue")))
+    output = Path(str(resources.files("adjointgen.generated")))
+    root = derivations.parent if (derivations.parent / output.name).is_dir() else output.parent
+    return Project(root=root, config_file=root / "pyproject.toml", derivations=derivations,
+                   package="adjointgen.generated", output=output, backends=tuple(BACKENDS), templates=None)
+
+
 def find_project(start: str | os.PathLike | None = None) -> Path:
     """The nearest folder at or above ``start`` whose ``pyproject.toml`` has ``[tool.adjointgen]``."""
     here = Path(start or os.getcwd()).resolve()
@@ -115,7 +129,7 @@ def find_project(start: str | os.PathLike | None = None) -> Path:
             return p
     raise ProjectError(
         f"no adjointgen project at or above {here}: no pyproject.toml with a [tool.adjointgen] table "
-        "(`adjointgen init DIR` writes one)")
+        "(`adjointgen init DIR` writes one; `adjointgen --catalogue ...` acts on the installed catalogue)")
 
 
 def _read(path: Path) -> dict:

@@ -528,9 +528,10 @@ class Derivation:
     def instantiate(self, f, catalogue: dict, *, options: dict | None = None):
         """The concrete functions the generator emits operations for: ``{name: expression in one
         symbol}`` (``{"expm": exp(x), "logm": log(x)}``); ``options`` maps the expressions' other
-        symbols to keyword options of the public functions (``{"p": p}`` for ``x**p``).  Each becomes
-        an operation of the output package (``<name>(A)``) whose rules are this derivation's, with
-        ``f`` substituted, and whose divided differences are evaluated without cancellation."""
+        symbols to options of the public functions (``{"p": p}`` for ``x**p``).  Each becomes a public
+        function ``<name>(A, ...)`` of the derivation's generated module whose rules are this
+        derivation's with ``f`` substituted, and whose divided differences are evaluated without
+        cancellation (:mod:`adjointgen.codegen.divided`)."""
         if f.__name__ not in self.functions:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: {f} is not a function of this derivation")
         options = dict(options or {})

@@ -19,12 +19,27 @@ def _identifier(name: str) -> str:
     return ident
 
 
-def write_project(folder: Path, *, package: str | None = None, force: bool = False) -> list[Path]:
+def catalogue_sources(name: str) -> dict[str, str]:
+    """The catalogue's derivation ``name`` and the helpers it imports: ``{file name: text}``."""
+    from ..codegen.generate import helper_modules
+    from ..project import catalogue_project
+
+    project = catalogue_project()
+    if name not in project.derivation_names():
+        raise KeyError(f"no derivation {name!r} in the catalogue (known: {', '.join(project.derivation_names())})")
+    path = project.derivation_path(name)
+    return {p.name: p.read_text() for p in [path, *helper_modules(path)]}
+
+
+def write_project(folder: Path, *, package: str | None = None, force: bool = False, copy=()) -> list[Path]:
     """Write a minimal project into ``folder``: ``pyproject.toml`` with ``[tool.adjointgen]``,
-    ``derivations/cayley.py``, ``src/<top>/ops.py`` (its forward), ``tests/test_cayley.py``.
+    ``derivations/cayley.py``, ``src/<top>/ops.py`` (its forward), ``tests/test_cayley.py``; and
+    for each name in ``copy`` the catalogue's derivation of that name with its helpers (to edit:
+    ``funm.py``'s ``CATALOGUE`` instantiates the matrix functions of your own scalar functions).
 
     Raises:
         FileExistsError: a file would be overwritten (pass ``force=True`` to allow it).
+        KeyError: a name in ``copy`` is not in the catalogue.
         ValueError: ``package`` is not a dotted Python name.
     """
     folder = Path(folder)
@@ -46,8 +61,11 @@ def write_project(folder: Path, *, package: str | None = None, force: bool = Fal
         f"src/{top}/ops.py": "ops.py.tmpl",
         "tests/test_cayley.py": "test_cayley.py.tmpl",
     }
+    copied = {}
+    for name in copy:
+        copied.update({f"derivations/{fname}": text for fname, text in catalogue_sources(name).items()})
     inits = [f"src/{'/'.join(package.split('.')[:i])}/__init__.py" for i in range(1, len(package.split(".")))]
-    existing = [rel for rel in files if (folder / rel).exists()]
+    existing = [rel for rel in [*files, *copied] if (folder / rel).exists()]
     if existing and not force:
         raise FileExistsError(f"{folder} already holds {', '.join(existing)} (use --force to overwrite)")
     written = []
@@ -55,6 +73,11 @@ def write_project(folder: Path, *, package: str | None = None, force: bool = Fal
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(Template((_HERE / template).read_text()).substitute(values))
+        written.append(path)
+    for rel, text in copied.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
         written.append(path)
     for rel in inits:
         path = folder / rel
