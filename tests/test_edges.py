@@ -69,3 +69,12 @@ def test_batched_cotangents(name):
     (rows,) = torch.autograd.grad(out, Ar, basis, is_grads_batched=True)
     torch.testing.assert_close(rows.reshape(J.shape), J.reshape(J.shape))
     assert J.shape == (*y.shape, 4, 4)
+
+
+def test_the_numpy_namespace_lists_only_its_functions():
+    import adjointgen.cupy as agc
+
+    names = dir(agc)
+    assert not {"annotations", "importlib", "pkgutil"} & set(names)
+    assert {"eigh_vjp", "svd_jvp", "funm_vjp", "expm", "expm_L"} <= set(names)
+    assert all(callable(getattr(agc, n)) for n in names)

@@ -6,12 +6,11 @@ module — NumPy on the CPU, CuPy on a GPU, where the elementwise parts run as t
 kernels — and return arrays of the same module, e.g. ``agc.eigh_vjp(w, V, gw, gV) -> gA``,
 ``agc.svds_vjp(A, U, S, V, gU, gS, gV) -> gA``.  Each function lives in
 ``adjointgen.generated.cupy.<op>``, generated from ``derivations/<op>.py``; its docstring shows the
-derived formula.
+derived formula.  The matrix functions of ``derivations/funm.py`` are here too: ``agc.expm(A)``,
+``agc.expm_L(xp, w)`` (the divided differences the rules take), and so on.
 """
-from __future__ import annotations
-
-import importlib
-import pkgutil
+import importlib as _importlib
+import pkgutil as _pkgutil
 
 from . import generated as _generated
 
@@ -19,14 +18,18 @@ _RULE_SUFFIXES = ("_jvp", "_vjp", "_vjp_factors", "_jvp_complex", "_vjp_complex"
 
 
 def _rules():
-    package = importlib.import_module(f"{_generated.__name__}.cupy")
+    package = _importlib.import_module(f"{_generated.__name__}.cupy")
     found = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in sorted(_pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = _importlib.import_module(f"{package.__name__}.{info.name}")
         for suffix in _RULE_SUFFIXES:
             fn = getattr(module, info.name + suffix, None)
             if callable(fn):
                 found[info.name + suffix] = fn
+        for inst in getattr(module, "INSTANCES", ()):  # a derivation's concrete functions
+            for suffix in ("", "_f", "_dd", "_L", "_dd2"):
+                if callable(getattr(module, inst + suffix, None)):
+                    found[inst + suffix] = getattr(module, inst + suffix)
     return found
 
 
@@ -34,3 +37,7 @@ _RULES = _rules()
 globals().update(_RULES)
 __all__ = sorted(_RULES)
 del _RULES
+
+
+def __dir__():
+    return list(__all__)

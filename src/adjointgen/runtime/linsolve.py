@@ -680,7 +680,7 @@ def solve_projected_shifted_dense(
     border = BU.unsqueeze(-3).expand(*batch, m, n, k)
     top = torch.cat([shifted, border], dim=-1)
     corner = torch.zeros(*batch, m, k, k, dtype=top.dtype, device=top.device)
-    bottom = torch.cat([border.mT, corner], dim=-1)
+    bottom = torch.cat([border.mH, corner], dim=-1)  # the constraint (B U)^H x_i = 0
     bordered = torch.cat([top, bottom], dim=-2)
     rhs_top = R.mT.expand(*batch, m, n).unsqueeze(-1)
     rhs = torch.cat([rhs_top, torch.zeros(*batch, m, k, 1, dtype=top.dtype, device=top.device)], dim=-2)
