@@ -76,7 +76,8 @@ TORCH = ArrayPrinter(
         "transpose": "{0}.mT",
         "add": None,
         "scale": "{coeff} * {0}",
-        "add_diag": "{0} + torch.diag_embed({1})",
+        # one copy of the matrix with the diagonal replaced; no n x n diagonal matrix is formed
+        "add_diag": "torch.diagonal_scatter({0}, {0}.diagonal(dim1=-2, dim2=-1) + {1}, dim1=-2, dim2=-1)",
         "scale_rows": "{0}.unsqueeze(-1) * {1}",
         "scale_cols": "{0} * {1}.unsqueeze(-2)",
         "diag_mul": "{0} * {1}",

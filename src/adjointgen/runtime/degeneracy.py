@@ -74,6 +74,23 @@ def cluster_mask(d: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
         return close & ~eye
 
 
+def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
+    """Whether any two entries of a vector of ``d`` (any batch element) form a cluster, as
+    :func:`cluster_mask` has it, in ``O(n log n)``: neighbours after sorting (the backward skips
+    the cluster residual, which is zero, when there is none).  ``False`` for a tensor batched by
+    ``vmap``, where :func:`check` cannot raise and is skipped."""
+    from .checks import _is_traced
+
+    if d.shape[-1] < 2 or d.numel() == 0 or _is_traced(d):  # under vmap the check is skipped anyway
+        return False
+    rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
+    with torch.no_grad():
+        d = d.detach()
+        scale = d.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(d.dtype).tiny)
+        gaps = torch.diff(d.sort(-1).values, dim=-1)
+        return bool((gaps <= rtol * scale).any())
+
+
 def negligible(denominator: torch.Tensor, d: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """The pairs where a pairwise denominator vanishes and its entry is taken as zero:
     ``|den_ij| <= rtol * max_k |d_k|`` -- the diagonal and a cluster of equal values for the gap
