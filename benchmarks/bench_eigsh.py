@@ -68,7 +68,7 @@ def dense_case(n, k, repeats, with_lobpcg):
     W = torch.randn(n, 4, dtype=torch.float64, generator=g)
     G = torch.randn(n, n, dtype=torch.float64, generator=g)
     G = (G + G.mT) / 2
-    rows = []
+    rows, results = [], []
     for name, loss in (("bench", bench_loss(W)), ("trace", trace_loss(G))):
         anchor, ours, forward, errors = [], [], [], []
         for _ in range(repeats):
@@ -94,6 +94,8 @@ def dense_case(n, k, repeats, with_lobpcg):
         rows.append((name, "adjointgen eigsh", f"{o_med:.3f} ({o_min:.3f})", f"{f_med:.3f}",
                      f"{o_med / a_med:.2f} ({o_min / a_min:.2f})", f"{max(errors):.1e}"))
         rows.append((name, "torch.linalg.eigh (full)", f"{a_med:.3f} ({a_min:.3f})", "-", "1.00 (anchor)", "reference"))
+        results.append({"benchmark": "eigsh", "case": f"dense n={n} k={k} fwd+bwd, loss {name}", "ratio": o_med / a_med,
+                        "anchor": "full torch.linalg.eigh", "target": "<= 0.35"})
         if with_lobpcg:
             A3 = A.clone().requires_grad_()
             t0 = time.perf_counter()
@@ -109,6 +111,7 @@ def dense_case(n, k, repeats, with_lobpcg):
     print(f"(a) dense n = {n}, k = {k} largest, float64, forward + backward, {torch.get_num_threads()} threads, "
           f"median (min) of {repeats}")
     print(table(rows, ["loss", "method", "fwd+bwd s", "fwd s", "ratio to anchor", "grad rel. error"]))
+    return results
 
 
 def grid_matrix(G, seed=0):
@@ -140,7 +143,7 @@ def sparse_case(Gsize, k, repeats, with_lobpcg, lobpcg_limit):
     n = Gsize * Gsize
     W = torch.randn(n, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     Gm = sparse_symmetric(n, 5, seed=2)
-    rows = []
+    rows, results = [], []
     anchor = []
     for name, loss in (("bench", bench_loss(W)), ("trace", trace_loss(Gm))):
         ours, forward = [], []
@@ -164,6 +167,8 @@ def sparse_case(Gsize, k, repeats, with_lobpcg, lobpcg_limit):
                      f"{o_med / a_med:.2f} ({o_min / min(anchor):.2f})",
                      f"grad {gH.layout}, nnz {gH.values().numel()}; |w - w_scipy| {agree:.1e}; "
                      f"peak RSS +{(rss1 - rss0) / 1024:.0f} MiB"))
+        results.append({"benchmark": "eigsh", "case": f"sparse {Gsize}x{Gsize} grid k={k} fwd+bwd, loss {name}",
+                        "ratio": o_med / a_med, "anchor": "scipy eigsh forward alone", "target": "<= 2.0"})
     rows.append(("-", "scipy eigsh forward alone", f"{a_med:.2f} ({min(anchor):.2f})", f"{a_med:.2f}",
                  "1.00 (anchor)", ""))
     if with_lobpcg:
@@ -180,6 +185,7 @@ def sparse_case(Gsize, k, repeats, with_lobpcg, lobpcg_limit):
         rows.append(("-", "torch.lobpcg forward alone", f"{t_l:.2f}", f"{t_l:.2f}", f"{t_l / a_med:.2f}", note))
     print(f"\n(b) sparse grid {Gsize}x{Gsize} (n = {n}), k = {k} largest, float64, median (min) of {repeats}")
     print(table(rows, ["loss", "method", "seconds", "fwd s", "ratio to scipy fwd", "notes"]))
+    return results
 
 
 def sparse_gradient_check(Gsize, k):
@@ -204,22 +210,21 @@ def sparse_gradient_check(Gsize, k):
           + ", ".join(out))
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--lobpcg", action="store_true", help="also time torch.lobpcg (slow)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
     start = time.perf_counter()
     if args.quick:
-        dense_case(1000, 8, 3, args.lobpcg)
-        sparse_case(100, 8, 2, args.lobpcg, 200)
+        results = dense_case(1000, 8, 3, args.lobpcg) + sparse_case(100, 8, 2, args.lobpcg, 200)
         sparse_gradient_check(20, 8)
     else:
-        dense_case(2000, 8, 5, args.lobpcg)
-        sparse_case(300, 8, 2, args.lobpcg, 1000)
+        results = dense_case(2000, 8, 5, args.lobpcg) + sparse_case(300, 8, 2, args.lobpcg, 1000)
         sparse_gradient_check(40, 8)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
+    return results
 
 
 if __name__ == "__main__":

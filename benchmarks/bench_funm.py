@@ -59,13 +59,15 @@ def main(argv=None):
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     sizes = (64, 128) if args.quick else (128, 512, 1024)
     repeats = 3 if args.quick else args.repeats
-    rows = []
+    rows, results = [], []
     for n in sizes:
         A = spd(n, device)
         G = torch.randn(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(device)
         ours = median_time(fwd_bwd(agt.expm, A, G), repeats=repeats, sync=sync)
         anchor = median_time(fwd_bwd(torch.linalg.matrix_exp, A, G), repeats=repeats, sync=sync)
         rows.append(("expm", n, f"{ours * 1e3:.1f}", f"{anchor * 1e3:.1f}", f"{ours / anchor:.2f}", "", ""))
+        results.append({"benchmark": "funm", "case": f"expm fwd+bwd n={n}", "ratio": ours / anchor,
+                        "anchor": "torch.linalg.matrix_exp", "target": "<= 1.0"})
         ours = median_time(fwd_bwd(agt.sqrtm, A, G), repeats=repeats, sync=sync)
         anchor = median_time(fwd_bwd(eigh_sqrtm, A, G), repeats=repeats, sync=sync)
         R = spd(n, device, repeated=True)
@@ -73,8 +75,12 @@ def main(argv=None):
         finite_torch = bool(torch.isfinite(fwd_bwd(eigh_sqrtm, R, G)()).all())
         rows.append(("sqrtm", n, f"{ours * 1e3:.1f}", f"{anchor * 1e3:.1f}", f"{ours / anchor:.2f}",
                      finite_ours, finite_torch))
+        results.append({"benchmark": "funm", "case": f"sqrtm fwd+bwd n={n} (finite at a repeated eigenvalue: "
+                                                     f"ours {finite_ours}, torch {finite_torch})",
+                        "ratio": ours / anchor, "anchor": "eigh-composed sqrtm", "target": "<= 1.0"})
     print(f"forward + backward, float64, {device}; anchor: torch.linalg.matrix_exp (expm), eigh-composed sqrtm")
     print(table(rows, ("op", "n", "ours ms", "anchor ms", "ours/anchor", "finite (repeated) ours", "torch")))
+    return results
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ def targets(label: str, kind: str, dtype: torch.dtype, scale: int):
     return {}
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> list:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="sizes divided by 4; targets not checked")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     )
     print(header)
     print("-" * len(header))
-    misses = []
+    misses, results = [], []
     for label, kind, build in cases(scale, args.device):
         if args.only and args.only not in label:
             continue
@@ -244,6 +244,13 @@ def main(argv=None) -> int:
             if missed or not residual_ok:
                 misses.append(f"{label} {str(dtype).replace('torch.', '')} ({', '.join(missed or ['residual'])})")
             target_text = " ".join(f"{name}{text}" for name, (text, _) in goals.items()) or "-"
+            case = f"{label} {str(dtype).replace('torch.', '')}"
+            results.append({"benchmark": "pinv", "case": case, "ratio": t["ours"] / t["torch"],
+                            "anchor": "torch.linalg.pinv",
+                            "target": f"<= {1 / float(goals['torch/ours'][0].strip('>= ')):.3f}" if "torch/ours" in goals else ""})
+            results.append({"benchmark": "pinv", "case": case, "ratio": t["ours"] / t["anchor"],
+                            "anchor": "inv / Cholesky normal equations",
+                            "target": goals["ours/anchor"][0] if "ours/anchor" in goals else ""})
             flag = (" MISSED " + ",".join(missed) if missed else "") + ("" if residual_ok else " RESIDUAL")
             factor_text = f"{phases[0]:7.3f} {phases[1]:7.3f} {ratios['bounds/factor']:13.3f}" if phases else (
                 f"{'-':>7} {'-':>7} {'-':>13}"
@@ -260,8 +267,8 @@ def main(argv=None) -> int:
     print(f"# targets missed: {', '.join(misses) if misses else 'none'}" + (" (not checked: --quick)" if args.quick else ""))
     if hasattr(os, "getloadavg"):  # timings on a shared machine are only as good as its idleness
         print(f"# load average at start {load_at_start[0]:.2f}, at end {os.getloadavg()[0]:.2f} (1-minute)")
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

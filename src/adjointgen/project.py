@@ -55,6 +55,20 @@ class Project:
     backends: tuple[str, ...]
     #: the project's own templates (overriding the built-in ones of the same name), if any
     templates: Path | None
+    #: (folder, name): files under the folder are named ``name/...`` in headers and docstrings
+    #: (the installed catalogue names its files as the checkout does, so its output is the same)
+    aliases: tuple[tuple[Path, str], ...] = ()
+
+    def label(self, path) -> str:
+        """How generated headers and docstrings name ``path``: by an alias, else relative to the
+        project root ('/'-separated)."""
+        path = Path(path).resolve()
+        for folder, name in self.aliases:
+            try:
+                return f"{name}/{path.relative_to(Path(folder).resolve()).as_posix()}"
+            except ValueError:
+                continue
+        return self.relative(path)
 
     def derivation_names(self) -> list[str]:
         """Every ``<name>.py`` of the derivations folder except helpers (``_*.py``)."""
@@ -117,7 +131,8 @@ def catalogue_project() -> Project:
     output = Path(str(resources.files("adjointgen.generated")))
     root = derivations.parent if (derivations.parent / output.name).is_dir() else output.parent
     return Project(root=root, config_file=root / "pyproject.toml", derivations=derivations,
-                   package="adjointgen.generated", output=output, backends=tuple(BACKENDS), templates=None)
+                   package="adjointgen.generated", output=output, backends=tuple(BACKENDS), templates=None,
+                   aliases=((derivations, "derivations"), (builtin_templates(), "templates")))
 
 
 def find_project(start: str | os.PathLike | None = None) -> Path:

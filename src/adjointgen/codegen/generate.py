@@ -265,9 +265,11 @@ def _render_template(template, **context) -> str:
 
 
 def _source_label(project: Project, path: Path) -> str:
-    """How a header names a source: relative to the project, or ``adjointgen/templates/...`` for
-    the built-in templates of an installed adjointgen."""
+    """How a header names a source: relative to the project (or by the project's aliases), or
+    ``adjointgen/templates/...`` for the built-in templates of an installed adjointgen."""
     path = Path(path).resolve()
+    if project.aliases:
+        return project.label(path)
     try:
         return path.relative_to(project.root).as_posix()
     except ValueError:
@@ -314,7 +316,8 @@ def audit_one(root, name: str, *, symbolic: bool = True) -> Audited:
     with project.importable():  # a forward the derivation declares may live in the project
         d = load_derivation(project, name, partial=True)
         report = audit(d, symbolic=symbolic)
-    op = lower_derivation(d, str(project.root), project.package) if report.passed and d.error is None else None
+    op = (lower_derivation(d, str(project.root), project.package, label=project.label(d.path))
+          if report.passed and d.error is None else None)
     return Audited(d, report, op)
 
 
@@ -352,11 +355,11 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
         # longest first (file size as the proxy for audit time), so that no long one starts last
         order = sorted(names, key=lambda nm: -project.derivation_path(nm).stat().st_size)
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_render_operation, str(project.root), nm, verify) for nm in order]
+            futures = [pool.submit(_render_operation, project, nm, verify) for nm in order]
             by_name = dict(zip(order, [f.result() for f in futures]))
         results = [by_name[nm] for nm in names]
     else:
-        results = [_render_operation(str(project.root), name, verify) for name in names]
+        results = [_render_operation(project, name, verify) for name in names]
     files: dict[Path, str] = {}
     for result in results:
         if isinstance(result, (GenerationFailed, ProjectError)):
@@ -383,13 +386,12 @@ def _package_files(project: Project, names: list[str]) -> dict[Path, str]:
     return files
 
 
-def _render_operation(root_str: str, name: str, verify: bool = True):
+def _render_operation(project: Project, name: str, verify: bool = True):
     """Audit one derivation, render its files and verify them (run in a worker process)."""
     from ..audit import AuditError
     from ..calculus.algebra import DerivationError
 
     try:
-        project = load_project(root_str)
         try:
             a = audit_one(project, name)
         except DerivationError as exc:

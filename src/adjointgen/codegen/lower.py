@@ -354,7 +354,8 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
     )
 
 
-def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.generated") -> OperationIR:
+def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.generated", *,
+                     label: str | None = None) -> OperationIR:
     """Build the :class:`OperationIR` of an audited derivation."""
     if d.jvp is None or d.vjp is None:
         raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
@@ -506,7 +507,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     return OperationIR(
         name=d.name,
         title=d.title,
-        derivation=os.path.relpath(d.path, root),
+        derivation=label or os.path.relpath(d.path, root),
         references=tuple(d.references),
         primal_inputs=tuple(primal[s.name] for s in d.inputs),
         primal_outputs=tuple(primal[s.name] for s in outputs_sorted),

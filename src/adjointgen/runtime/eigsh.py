@@ -20,6 +20,18 @@ the split is present.
 Batches: dense ``A`` and ``B`` broadcast over their batch dimensions like torch's (``A`` (3, 3) with
 ``B`` (2, 3, 3), ``A`` (2, 3, 3) with ``B`` (2, 1, 3, 3) -> batch (2, 2)); an empty batch returns
 empty results of the right shapes (and an empty gradient).
+
+Complex Hermitian input (complex64/complex128 ``A``, Hermitian positive definite ``B``; dense,
+sparse or a complex :class:`LinearOperator`) returns real eigenvalues and complex eigenvectors and
+uses the rules derived for complex data (``eigsh_vjp_complex``, ``eigsh_jvp_complex``, and the
+generalized ones). Each eigenvector is defined only up to a phase ``e^{i theta}``: the backward
+first evaluates the derived phase residual ``diag(skew(V^H gV))`` and raises
+:class:`~adjointgen.runtime.gauge.PhaseDependentLossError` (a ``GaugeDependentLossError``) when the
+loss depends on the phases, as :func:`adjointgen.torch.eigh` does (switched off with
+:func:`adjointgen.runtime.gauge.set_enabled`). Sparse and matrix-free complex input gets its
+low-rank cotangent ``gA = sym(L R^H)`` as the adjoint of the derived complex JVP with respect to
+the products ``dA X`` it is made of (the JVP uses ``dA`` only through them): one backward pass over
+the JVP, whose shifted solve becomes the same projected solve of ``gV`` as in the real rule.
 """
 from __future__ import annotations
 
@@ -31,6 +43,7 @@ import torch
 
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
+from . import gauge as _gauge
 from .eigsolvers import partial_eigh
 from .gauge import DegenerateSubspaceError
 from .linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
@@ -84,6 +97,10 @@ class EigshFunction(torch.autograd.Function):
     def forward(spec, A, B, *params):
         opA, opB = _operator(spec, A, B, params)
         w, V, info = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
+        if V.is_complex() and w._base is not None:
+            # forward AD (torch 2.x) fails an internal assert for a real output that is a view when the
+            # inputs are complex: return the k eigenvalues as a tensor of their own
+            w = w.clone()
         split = torch.zeros(spec.k, dtype=torch.bool, device=w.device)
         if info.split:
             split[list(info.split)] = True
@@ -119,6 +136,8 @@ class EigshFunction(torch.autograd.Function):
         generalized = opB is not None
         args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
         module = rules_generalized if generalized else rules
+        if V.is_complex():
+            return _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV)
         with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):
             if _dense(opA) and (opB is None or _dense(opB)):
                 grads = module.eigsh_generalized_vjp(*args) if generalized else (module.eigsh_vjp(*args),)
@@ -139,19 +158,95 @@ class EigshFunction(torch.autograd.Function):
             raise _split_error(ctx.spec, w, ctx.split, "the forward-mode derivative of those pairs")
         if ctx.spec.A_op is not None or not _dense(A) or (B is not None and not _dense(B)):
             raise NotImplementedError("forward mode of eigsh needs dense A and B")
+        complex_ = V.is_complex()
         with solve_options(tol=backward_tol(ctx.spec.tol, w.dtype), aid=ctx.aid):
             if B is None:
-                dw, dV = rules.eigsh_jvp(A, w, V, dA)
+                dw, dV = (rules.eigsh_jvp_complex if complex_ else rules.eigsh_jvp)(A, w, V, dA)
             else:
                 dB = torch.zeros_like(B) if dB is None else dB
                 dA = torch.zeros_like(A) if dA is None else dA
-                dw, dV = rules_generalized.eigsh_generalized_jvp(A, B, w, V, dA, dB)
+                jvp = rules_generalized.eigsh_generalized_jvp_complex if complex_ else rules_generalized.eigsh_generalized_jvp
+                dw, dV = jvp(A, B, w, V, dA, dB)
         return dw, dV, None, None
 
 
+def _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV):
+    """The backward for complex data: the phase check, then the derived complex VJP (dense input)
+    or the low-rank factors of the complex JVP's adjoint (sparse and matrix-free input)."""
+    name = "eigsh_generalized" if generalized else "eigsh"
+    opA, opB = args[0], (args[1] if generalized else None)
+    dense = _dense(opA) and (opB is None or _dense(opB))
+    with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):
+        if dense:
+            if _gauge.enabled():
+                *grads, residual, _clusters = getattr(module, name + "_vjp_complex_checked")(*args)
+                _gauge.check("eigsh", residual, gV)
+            else:
+                grads = getattr(module, name + "_vjp_complex")(*args)
+                grads = list(grads) if generalized else [grads]
+            gA, gB = grads[0], (grads[1] if generalized else None)
+            return (None, gA, gB) + (None,) * ctx.n_params
+        if _gauge.enabled():
+            _gauge.check("eigsh", getattr(module, name + "_gauge")(V, gV), gV)
+        jvp = getattr(module, name + "_jvp_complex")
+        factors = _adjoint_factors(jvp, args[:-2], w, V, gw, gV, 2 if generalized else 1)
+    (LA, RA), (LB, RB) = factors[0], (factors[1] if generalized else (None, None))
+    gA, param_grads_A = _input_gradient(A, spec.A_op, params[: spec.n_params_A], LA, RA, ctx.needs_input_grad[1])
+    gB, param_grads_B = (None, ())
+    if generalized:
+        gB, param_grads_B = _input_gradient(B, spec.B_op, params[spec.n_params_A:], LB, RB, ctx.needs_input_grad[2])
+    return (None, gA, gB, *param_grads_A, *param_grads_B)
+
+
+class _Products:
+    """Stands for an input tangent ``dX`` in a generated JVP that uses it only in products
+    ``dX @ Y`` (as the derived eigsh rules do): every product returns a fresh zero leaf tensor, and
+    its right factor ``Y`` is kept. The JVP is linear in those products, so the gradient of
+    ``<g_out, d_out>`` with respect to the leaves, ``G_j``, gives the input cotangent
+    ``sum_j G_j Y_j^H`` (before its Hermitian projection): the low-rank VJP factors ``L = [G_j]``,
+    ``R = [Y_j]``."""
+
+    def __init__(self):
+        self.right: list[torch.Tensor] = []
+        self.leaves: list[torch.Tensor] = []
+
+    def __matmul__(self, Y):
+        leaf = torch.zeros(Y.shape, dtype=Y.dtype, device=Y.device, requires_grad=True)
+        self.right.append(Y.detach())
+        self.leaves.append(leaf)
+        return leaf
+
+
+def _adjoint_factors(jvp, primals, w, V, gw, gV, n_tangents):
+    """``[(L, R)]`` per input with ``g_in = sym(L R^H)``: the adjoint of ``jvp(*primals, dX...)``
+    applied to the cotangents ``(gw, gV)`` (torch's convention: the loss ``<gw, dw> + Re <gV, dV>``),
+    by one backward pass through the JVP (its projected shifted solve is then applied to ``gV``, the
+    solve being self-adjoint)."""
+    tangents = [_Products() for _ in range(n_tangents)]
+    # only the products are differentiated (the solve refuses derivatives in its operator)
+    primals = [p.detach() if isinstance(p, torch.Tensor) else p for p in primals]
+    with torch.enable_grad():
+        dw, dV = jvp(*primals, *tangents)
+        leaves = [leaf for t in tangents for leaf in t.leaves]
+        pairing = (gw.detach() * dw).sum() + (gV.detach().conj() * dV).sum().real
+        grads = torch.autograd.grad(pairing, leaves, allow_unused=True)
+    grads = iter(grads)
+    factors = []
+    for t in tangents:
+        if not t.leaves:  # the JVP does not use this input
+            factors.append((V.new_zeros(V.shape), V))
+            continue
+        L = [next(grads) for _ in t.leaves]
+        L = [torch.zeros_like(leaf) if g is None else g for g, leaf in zip(L, t.leaves)]
+        factors.append((torch.cat(L, dim=-1), torch.cat(t.right, dim=-1)))
+    return factors
+
+
 def _input_gradient(X, op, params, L, R, needed):
-    """The gradient ``sym(L R^T)`` in the input's own form (dense, sparse pattern, or the
-    operator's parameters by one extra matvec)."""
+    """The gradient ``sym(L R^T)`` (complex: ``sym(L R^H)``, Hermitian) in the input's own form
+    (dense, sparse pattern, or the operator's parameters by one extra matvec)."""
+    if L.is_complex() or R.is_complex():
+        return _input_gradient_complex(X, op, params, L, R, needed)
     if op is not None:
         wanted = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
         if not wanted:
@@ -180,6 +275,35 @@ def _input_gradient(X, op, params, L, R, needed):
                                    is_coalesced=X.is_coalesced(), check_invariants=False), ()
 
 
+def _input_gradient_complex(X, op, params, L, R, needed):
+    """:func:`_input_gradient` for complex data: ``gA = (L R^H + R L^H) / 2``, the real pairing
+    ``<gA, dA> = Re tr(gA^H dA)``."""
+    if op is not None:
+        wanted = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
+        if not wanted:
+            return None, (None,) * len(params)
+        with torch.enable_grad():
+            detached = [p.detach().requires_grad_() if isinstance(p, torch.Tensor) else p for p in params]
+            # Re <sym(L R^H), dA> = Re (sum_r L_r^H dA R_r + R_r^H dA L_r) / 2 for a Hermitian dA
+            total = 0.5 * ((L.detach().conj() * op._matvec(R.detach(), *detached)).sum()
+                           + (R.detach().conj() * op._matvec(L.detach(), *detached)).sum()).real
+            tensors = [p for p in detached if isinstance(p, torch.Tensor) and p.requires_grad]
+            grads = iter(torch.autograd.grad(total, tensors, allow_unused=True))
+        return None, tuple(next(grads) if isinstance(p, torch.Tensor) and p.requires_grad else None for p in params)
+    if X is None or not needed:
+        return None, ()
+    if _dense(X):
+        return 0.5 * (L @ R.mH + R @ L.mH), ()
+    half = sparse_lowrank_pattern_grad(X, 0.5 * L, R.conj())
+    other = sparse_lowrank_pattern_grad(X, 0.5 * R, L.conj())
+    if X.layout == torch.sparse_csr:
+        values = half.values() + other.values()
+        return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), values, X.shape,
+                                       check_invariants=False), ()
+    return torch.sparse_coo_tensor(half._indices(), half._values() + other._values(), X.shape,
+                                   is_coalesced=X.is_coalesced(), check_invariants=False), ()
+
+
 def _check_k(k):
     """``k`` as a Python int: integers (also numpy/torch integer scalars) only, never a bool."""
     if isinstance(k, bool) or (isinstance(k, torch.Tensor) and k.dtype == torch.bool):
@@ -200,7 +324,7 @@ def _empty_batch(A, B, k, batch, n):
     anchor = Ab.sum((-2, -1)) * 0
     if B is not None:
         anchor = anchor + B.expand(*batch, n, n).sum((-2, -1)) * 0
-    w = anchor.unsqueeze(-1).expand(*batch, k)
+    w = (anchor.real if anchor.is_complex() else anchor).unsqueeze(-1).expand(*batch, k)  # real eigenvalues
     V = (Ab[..., :, :1] * 0 + anchor[..., None, None]).expand(*batch, n, k)
     return w, V
 

@@ -86,6 +86,15 @@ digits, which keeps Lanczos/LOBPCG iteration counts moderate; pass a smaller ``t
 small (eigenvector error is about residual * ||A|| / gap). ``tol`` is clamped below at ``10 eps``.
 The dense route is direct; its residual is checked against ``max(tol, eps ** (1/3))``, which only
 catches broken input (a non-symmetric closure, an extremely ill-conditioned ``B``).
+
+Complex Hermitian problems (complex64/complex128 ``A``, Hermitian positive definite ``B``; ``^T``
+above is then the conjugate transpose) take the same routes with these differences: the eigenvalues
+are real (float32/float64), the eigenvectors complex, each normalised so that its largest-magnitude
+entry is real and positive; ``"krylov"`` (its banded Ritz solver is real) is replaced by
+``"dense"`` (``n <= 2000``) or ``"arpack"``; ARPACK runs its complex (Arnoldi) driver, which scipy
+uses for Hermitian input, and its vectors get a Rayleigh–Ritz step so that they are exactly
+B-orthonormal also inside clusters; the inertia certificates count the real pivots of the
+Hermitian ``LDL^T`` (``L D L^H``) and the Cholesky factor is complex.
 """
 
 from __future__ import annotations
@@ -165,17 +174,20 @@ def _default_tol(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps ** (2.0 / 3.0)
 
 
+_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
 def _check_operator(op: LinearOperator, name: str) -> None:
     rows, cols = op.shape
     if rows != cols:
         raise ValueError(f"partial_eigh: {name} must be square, got shape {op.shape}")
-    if op.dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"partial_eigh: {name} must be float32 or float64, got {op.dtype}")
+    if op.dtype not in _DTYPES:
+        raise ValueError(f"partial_eigh: {name} must be float32, float64, complex64 or complex128, got {op.dtype}")
     if op.is_finite() is False:
         raise ValueError(f"partial_eigh: {name} contains NaN or Inf")
     eps = torch.finfo(op.dtype).eps
     if not op.is_symmetric(rtol=math.sqrt(eps)):
-        raise ValueError(f"partial_eigh: {name} is not symmetric")
+        raise ValueError(f"partial_eigh: {name} is not {'Hermitian' if op.dtype.is_complex else 'symmetric'}")
 
 
 def _check_k(k: Any, n: int) -> int:
@@ -204,6 +216,8 @@ def _prepare_operators(A: Any, B: Any) -> tuple[LinearOperator, LinearOperator |
     if opB.device != opA.device:
         raise ValueError(f"partial_eigh: A and B must be on the same device, got {opA.device} and {opB.device}")
     diagonal = opB.diagonal()
+    if diagonal is not None and diagonal.is_complex():
+        diagonal = diagonal.real  # Hermitian: a real diagonal (the check above bounds its imaginary part)
     if diagonal is not None and diagonal.numel() and not bool((diagonal > 0).all()):
         index = int(torch.nonzero(diagonal <= 0)[0])
         raise ValueError(
@@ -259,9 +273,15 @@ def _relative_residuals(
 
 
 def _fix_signs(U: torch.Tensor) -> torch.Tensor:
-    """Make the largest-magnitude entry of every column positive (a deterministic gauge)."""
+    """Make the largest-magnitude entry of every column positive (a deterministic gauge; for
+    complex vectors the phase that makes it real and positive)."""
     index = U.abs().argmax(dim=0, keepdim=True)
-    signs = torch.sign(torch.gather(U, 0, index))
+    pivot = torch.gather(U, 0, index)
+    if U.is_complex():
+        size = pivot.abs()
+        phase = torch.where(size == 0, torch.ones_like(pivot), pivot.conj() / size.clamp_min(torch.finfo(size.dtype).tiny))
+        return U * phase
+    signs = torch.sign(pivot)
     return U * torch.where(signs == 0, torch.ones_like(signs), signs)
 
 
@@ -273,7 +293,7 @@ def _order(w: torch.Tensor, U: torch.Tensor, largest: bool) -> tuple[torch.Tenso
 def _check_b_norms(opB: LinearOperator | None, U: torch.Tensor) -> None:
     if opB is None:
         return
-    b_norms = (U * opB.matmul(U)).sum(0)
+    b_norms = (U.conj() * opB.matmul(U)).sum(0).real
     if not bool((b_norms > 0).all()):
         raise _not_positive_definite(f"found an eigenvector u with u^T B u = {float(b_norms.min()):.3e} <= 0")
 
@@ -283,9 +303,24 @@ def _check_b_norms(opB: LinearOperator | None, U: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------------------
 def _dense_matrix(op: LinearOperator) -> torch.Tensor:
     M = op.to_dense()
-    if op.kind == "operator":  # a product with the identity is symmetric only up to rounding
-        M = (M + M.mT) / 2
+    if op.kind == "operator":  # a product with the identity is symmetric (Hermitian) only up to rounding
+        M = (M + M.mH) / 2
     return M
+
+
+def _wide(X: torch.Tensor) -> torch.Tensor:
+    """``X`` in float64 (complex128 for complex ``X``): the precision of the certifying factorizations."""
+    return X.to(torch.complex128 if X.is_complex() else torch.float64)
+
+
+def _hermitian_ritz(opA, opB, w: torch.Tensor, U: torch.Tensor, largest: bool):
+    """For complex results of ARPACK's Arnoldi driver: the Rayleigh–Ritz pairs of ``(A, B)`` in
+    ``span(U)`` (exactly B-orthonormal, also inside clusters of equal eigenvalues), ordered from the
+    wanted end; the input unchanged when the span has lost a direction."""
+    theta, Y = _rayleigh_ritz(opA, opB, U, U.shape[1], largest)
+    if theta.shape[0] != w.shape[0]:
+        return w, U
+    return _order(theta.to(w.dtype), Y.to(U.dtype), largest)
 
 
 def _not_positive_definite(detail: str) -> ValueError:
@@ -301,8 +336,8 @@ def _solve_dense(opA, opB, m: int, largest: bool) -> tuple[torch.Tensor, torch.T
     if A.device.type == "cpu":
         import scipy.linalg
 
-        a = A.detach().numpy()
-        b = None if B is None else B.detach().numpy()
+        a = A.detach().resolve_conj().numpy()
+        b = None if B is None else B.detach().resolve_conj().numpy()
         if m == n:
             subset_kw: dict[str, Any] = {"driver": "evd" if b is None else "gvd"}
         else:
@@ -324,9 +359,9 @@ def _solve_dense(opA, opB, m: int, largest: bool) -> tuple[torch.Tensor, torch.T
         if int(info) != 0:
             raise _not_positive_definite(f"Cholesky failed at leading minor {int(info)}")
         C = torch.linalg.solve_triangular(L, A, upper=False)
-        C = torch.linalg.solve_triangular(L, C.mT, upper=False)
-        w, V = torch.linalg.eigh((C + C.mT) / 2)
-        V = torch.linalg.solve_triangular(L.mT, V, upper=True)
+        C = torch.linalg.solve_triangular(L, C.mH, upper=False)
+        w, V = torch.linalg.eigh((C + C.mH) / 2)
+        V = torch.linalg.solve_triangular(L.mH, V, upper=True)
     keep = slice(n - m, n) if largest else slice(0, m)
     return w[keep], V[:, keep]
 
@@ -386,7 +421,7 @@ def _scipy_inverse(opB: LinearOperator):
         except RuntimeError as exc:  # exactly singular
             raise _not_positive_definite(f"sparse LU failed: {exc}") from None
         diagonal_of_u = lu.U.diagonal()
-        if np.any(diagonal_of_u <= 0):
+        if np.any(np.real(diagonal_of_u) <= 0):
             # With symmetric pivoting the pivots are those of an LDL^T factorization: a non-positive
             # pivot proves an indefinite B.
             raise _not_positive_definite("a non-positive pivot in its symmetric LU factorization")
@@ -402,8 +437,8 @@ def _rayleigh_ritz(opA, opB, X: torch.Tensor, m: int, largest: bool) -> tuple[to
     BX = _apply_B(opB, X)
     T = _b_orthonormalize_svqb(X, BX, 100 * eps)
     Q = X @ T
-    H = Q.mT @ opA.matmul(Q)
-    theta, C = torch.linalg.eigh((H + H.mT) / 2)
+    H = Q.mH @ opA.matmul(Q)
+    theta, C = torch.linalg.eigh((H + H.mH) / 2)
     keep = slice(max(0, theta.shape[0] - m), None) if largest else slice(0, m)
     return theta[keep], Q @ C[:, keep]
 
@@ -464,15 +499,21 @@ def _solve_arpack(opA, opB, m, k, largest, tol, maxiter, normA, normB, limit):
                 iterations=counter.count,
             ) from None
 
+    def pairs(w, V):
+        w_t, U_t = torch.from_numpy(w).to(opA.device), torch.from_numpy(V).to(opA.device)
+        if U_t.is_complex():  # the Arnoldi driver's vectors: B-orthonormal by Rayleigh-Ritz
+            w_t, U_t = _hermitian_ritz(opA, opB, w_t, U_t, largest)
+        return w_t, U_t
+
     w, V = run(tol, v0)
-    w_t, U_t = torch.from_numpy(w).to(opA.device), torch.from_numpy(V).to(opA.device)
+    w_t, U_t = pairs(w, V)
     residual = float(_relative_residuals(opA, opB, w_t, U_t, normA, normB).max())
     if not residual <= limit and math.isfinite(residual):
         # ARPACK's test (Ritz estimate <= tol |theta| in the B^{-1} A, B-norm setting) can be met
         # while the residual in our norm is not: restart once from the current vectors, tighter.
         tighter = max(tol * limit / residual / 10.0, float(np.finfo(np_dtype).eps))
         w, V = run(tighter, V.sum(axis=1).astype(np_dtype))
-        w_t, U_t = torch.from_numpy(w).to(opA.device), torch.from_numpy(V).to(opA.device)
+        w_t, U_t = pairs(w, V)
     return w_t, U_t, counter.count
 
 
@@ -738,8 +779,8 @@ def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float
 # LOBPCG route (torch, any device)
 # ---------------------------------------------------------------------------------------------------
 def _b_gram_cholesky(G: torch.Tensor) -> torch.Tensor:
-    """Cholesky factor of a Gram matrix ``Z^T B Z``; raises when it proves ``B`` indefinite."""
-    G = (G + G.mT) / 2
+    """Cholesky factor of a Gram matrix ``Z^H B Z``; raises when it proves ``B`` indefinite."""
+    G = (G + G.mH) / 2
     L, info = torch.linalg.cholesky_ex(G)
     if int(info) == 0:
         return L
@@ -754,14 +795,14 @@ def _b_gram_cholesky(G: torch.Tensor) -> torch.Tensor:
 
 
 def _b_orthonormalize_svqb(S, BS, drop_rtol):
-    """SVQB: ``T`` with ``(S T)^T B (S T) = I``, dropping directions with tiny B-norm.
+    """SVQB: ``T`` with ``(S T)^H B (S T) = I``, dropping directions with tiny B-norm.
 
     ``T`` may have fewer columns than ``S``. Raises when a column of ``S`` has a negative Rayleigh
-    quotient ``s^T B s / s^T s`` (``B`` indefinite).
+    quotient ``s^H B s / s^H s`` (``B`` indefinite).
     """
-    G = S.mT @ BS
-    G = (G + G.mT) / 2
-    quotients = torch.diagonal(G) / torch.linalg.vector_norm(S, dim=0).square().clamp_min(torch.finfo(G.dtype).tiny)
+    G = S.mH @ BS
+    G = (G + G.mH) / 2
+    quotients = torch.diagonal(G).real / torch.linalg.vector_norm(S, dim=0).square().clamp_min(torch.finfo(G.dtype).tiny)
     largest = float(quotients.abs().max()) if quotients.numel() else 0.0
     if quotients.numel() and float(quotients.min()) < -math.sqrt(drop_rtol) * largest:
         raise _not_positive_definite(
@@ -772,7 +813,7 @@ def _b_orthonormalize_svqb(S, BS, drop_rtol):
         return S.new_zeros(S.shape[1], 0)
     columns = torch.nonzero(usable).flatten()
     G = G[columns][:, columns]
-    d = torch.diagonal(G).rsqrt()
+    d = torch.diagonal(G).real.rsqrt()
     Gs = G * d[:, None] * d[None, :]
     lam, V = torch.linalg.eigh(Gs)
     if float(lam[0]) < -max(drop_rtol, 1e-6) * float(lam[-1]):
@@ -801,13 +842,13 @@ def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB, *, k=None, X
     products = 0
 
     def rayleigh_ritz(Z, AZ, BZ):
-        L = _b_gram_cholesky(Z.mT @ BZ)
-        H = Z.mT @ AZ
-        H = (H + H.mT) / 2
+        L = _b_gram_cholesky(Z.mH @ BZ)
+        H = Z.mH @ AZ
+        H = (H + H.mH) / 2
         Hr = torch.linalg.solve_triangular(L, H, upper=False)
-        Hr = torch.linalg.solve_triangular(L, Hr.mT, upper=False)
-        theta, C = torch.linalg.eigh(sign * (Hr + Hr.mT) / 2)
-        C = torch.linalg.solve_triangular(L.mT, C, upper=True)
+        Hr = torch.linalg.solve_triangular(L, Hr.mH, upper=False)
+        theta, C = torch.linalg.eigh(sign * (Hr + Hr.mH) / 2)
+        C = torch.linalg.solve_triangular(L.mH, C, upper=True)
         return sign * theta, C
 
     def combine(Y, BY, C):
@@ -828,7 +869,7 @@ def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB, *, k=None, X
     (X, BX), AX = combine(X, BX, C[:, :block]), AX @ C[:, :block]
     theta = theta[:block]
     P = None
-    residual = torch.full((block,), math.inf, dtype=dtype, device=device)
+    residual = torch.full((block,), math.inf, dtype=dtype.to_real(), device=device)
     for iteration in range(1, maxiter + 1):
         R = AX - BX * theta
         scale = (normA + theta.abs() * normB) * torch.linalg.vector_norm(X, dim=0)
@@ -841,7 +882,7 @@ def _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB, *, k=None, X
         W = R[:, active]
         S = W if P is None else torch.cat([W, P], dim=1)
         for _ in range(2):  # B-orthogonalise against X (twice is enough)
-            S = S - X @ (BX.mT @ S)
+            S = S - X @ (BX.mH @ S)
         BS = _apply_B(opB, S)
         T = _b_orthonormalize_svqb(S, BS, drop_rtol)
         if T.shape[1] == 0:
@@ -963,18 +1004,18 @@ def _dense_certificate(opA, opB, U, theta, sigma, expected, largest, dist):
     eigenvalue lies beyond ``sigma``. The factor also preconditions the backward's shifted solves
     (:class:`~adjointgen.runtime.linsolve.DenseFactorAid`)."""
     s = -1.0 if largest else 1.0
-    A = _dense_matrix(opA).double()
-    B = None if opB is None else _dense_matrix(opB).double()
+    A = _wide(_dense_matrix(opA))
+    B = None if opB is None else _wide(_dense_matrix(opB))
     C = (s * A).clone()
     if B is None:
         C.diagonal().sub_(s * sigma)
     else:
         C.sub_(B, alpha=s * sigma)
     if expected:
-        Ue = U[:, :expected].double()
+        Ue = _wide(U[:, :expected])
         BU = Ue if B is None else B @ Ue
         c = s * (sigma - theta[:expected].double()) + dist
-        C.addmm_(BU * c, BU.mT)
+        C.addmm_(BU * c, BU.mH)
     L, info = torch.linalg.cholesky_ex(C)
     return L if int(info) == 0 else None
 
@@ -990,7 +1031,7 @@ def _sparse_count(Ms, largest, scale, dist, generator) -> tuple[int | None, Any]
         return None, None
     if not np.array_equal(lu.perm_r, lu.perm_c):
         return None, lu
-    pivots = lu.U.diagonal()
+    pivots = np.real(lu.U.diagonal())  # Hermitian M: the pivots of L D L^H are real
     b = generator.standard_normal(Ms.shape[0])
     x = lu.solve(b)
     backward_error = np.linalg.norm(Ms @ x - b) / (scale * np.linalg.norm(x) + np.linalg.norm(b))
@@ -1007,14 +1048,15 @@ def _shift_invert_beyond(opA, opB, lu, sigma, count, largest, tol):
     import scipy.sparse.linalg as spla
 
     n = opA.shape[0]
-    # in float64 whatever the input's dtype (the factorization is float64, see _certify_explicit)
-    OPinv = spla.LinearOperator((n, n), matvec=lu.solve, rmatvec=lu.solve, dtype=np.float64)
-    kwargs: dict[str, Any] = {} if opB is None else {"M": _scipy_csr(opB, n, None).astype(np.float64)}
-    v0 = np.random.default_rng(_SEED + 2).uniform(-1.0, 1.0, n)
+    # in float64 (complex128) whatever the input's precision (the factorization is, see _certify_explicit)
+    wide = np.complex128 if opA.dtype.is_complex else np.float64
+    OPinv = spla.LinearOperator((n, n), matvec=lu.solve, rmatvec=lu.solve, dtype=wide)
+    kwargs: dict[str, Any] = {} if opB is None else {"M": _scipy_csr(opB, n, None).astype(wide)}
+    v0 = np.random.default_rng(_SEED + 2).uniform(-1.0, 1.0, n).astype(wide)
     tol = max(tol, 1e-15)
     try:
         w, V = spla.eigsh(
-            _scipy_csr(opA, n, None).astype(np.float64), k=count, sigma=sigma, which="LA" if largest else "SA",
+            _scipy_csr(opA, n, None).astype(wide), k=count, sigma=sigma, which="LA" if largest else "SA",
             OPinv=OPinv, ncv=min(n, max(2 * count + 1, count + 20)), tol=0.1 * tol, v0=v0, **kwargs,
         )
     except spla.ArpackError as exc:
@@ -1022,7 +1064,10 @@ def _shift_invert_beyond(opA, opB, lu, sigma, count, largest, tol):
             f"partial_eigh: repairing skipped eigenvalues (shift-invert ARPACK at {sigma:.6g}) failed: {exc}",
             method="arpack", residual=math.inf, tol=tol, iterations=0,
         ) from None
-    return torch.from_numpy(np.ascontiguousarray(w)), torch.from_numpy(np.ascontiguousarray(V))
+    w, V = torch.from_numpy(np.ascontiguousarray(w)), torch.from_numpy(np.ascontiguousarray(V))
+    if V.is_complex():  # the Arnoldi driver's vectors: B-orthonormal by Rayleigh-Ritz
+        w, V = _hermitian_ritz(opA, opB, w, V.to(opA.dtype), largest)
+    return w, V
 
 
 class _Uncertain(Exception):
@@ -1067,11 +1112,13 @@ def _certify_explicit(kind, opA, opB, w, U, k, m, largest, tol, normA, normB):
                 return w, U, certificate, ("dense" if certificate == "repaired" else None), factor
             # skipped eigenvalues: the direct solver computes the wanted pairs by index
             w, U = _solve_dense(opA, opB, m, largest)
-            w, U = _order(w.to(opA.dtype), U.to(opA.dtype), largest)
+            w, U = _order(w.to(opA.dtype.to_real()), U.to(opA.dtype), largest)
             return w, U, "repaired", "dense", None
-        # factored in float64 whatever the input's dtype: the count must not suffer from float32
-        As = _scipy_csr(opA, n, None).astype(np.float64)
-        Bs = _scipy_csr(opB, n, np.float64).astype(np.float64)
+        # factored in float64 (complex128) whatever the input's precision: the count must not suffer
+        # from float32
+        wide = np.complex128 if opA.dtype.is_complex else np.float64
+        As = _scipy_csr(opA, n, None).astype(wide)
+        Bs = _scipy_csr(opB, n, np.float64).astype(wide)
         Ms = (As - sigma * Bs).tocsc()
         count, lu = _sparse_count(Ms, largest, scale, dist, generator)
         if count is None:  # not trustworthy at this shift: move it a little and retry once
@@ -1117,14 +1164,14 @@ def _second_opinion(opA, opB, w, U, k, m, largest, tol, maxiter, normA, normB):
     Returns ``(w, U, certificate)`` with ``certificate`` ``"second-opinion"`` or ``"repaired"``;
     raises :class:`ConvergenceError` when the check cannot converge or the repairs do not settle."""
     n = opA.shape[0]
-    dtype, device = w.dtype, w.device
+    dtype, device = U.dtype, w.device
     eps = torch.finfo(dtype).eps
     check_tol = max(float(tol), math.sqrt(eps))
     certificate = "second-opinion"
     m_check = min(2, n - m)
     if m_check < 1 or 3 * (m_check + 1) > n:  # too small to check: solve it directly (tiny n)
         w, U = _solve_dense(opA, opB, m, largest)
-        w, U = _order(w.to(dtype=dtype, device=device), U.to(dtype=dtype, device=device), largest)
+        w, U = _order(w.to(dtype=dtype.to_real(), device=device), U.to(dtype=dtype, device=device), largest)
         return w, U, "direct"
     for _round in range(_CERTIFY_MAX_ROUNDS):
         BU = _apply_B(opB, U)
@@ -1132,7 +1179,7 @@ def _second_opinion(opA, opB, w, U, k, m, largest, tol, maxiter, normA, normB):
         signed_shift = -shift if largest else shift
 
         def deflated(X, _BU=BU, _shift=signed_shift):
-            return opA.matmul(X) + _shift * (_BU @ (_BU.mT @ X))
+            return opA.matmul(X) + _shift * (_BU @ (_BU.mH @ X))
 
         op = LinearOperator(deflated, opA.shape, dtype=dtype, device=device)
         try:
@@ -1205,7 +1252,7 @@ def _choose_method(opA: LinearOperator, opB: LinearOperator | None, k: int) -> s
         return "dense"
     dense_input = opA.kind == "dense" and (opB is None or opB.kind == "dense")
     if (opA.kind == "dense" and opB is None and opA.device.type == "cpu" and n > _FULL_SPECTRUM_MAX_N
-            and 4 * (k + 1 + _KRYLOV_EXTRA) <= n):
+            and 4 * (k + 1 + _KRYLOV_EXTRA) <= n and not opA.dtype.is_complex):
         return "krylov"
     if dense_input and n <= DENSE_INPUT_MAX_N:
         return "dense"
@@ -1265,6 +1312,7 @@ def partial_eigh(
     n = opA.shape[0]
     k = _check_k(k, n)
     dtype, device = opA.dtype, opA.device
+    real_dtype = dtype.to_real()  # of the eigenvalues (complex Hermitian input: real eigenvalues)
     eps = torch.finfo(dtype).eps
     tol = _default_tol(dtype) if tol is None else float(tol)
     if not tol > 0:
@@ -1275,6 +1323,8 @@ def partial_eigh(
     if method not in ("dense", "krylov", "arpack", "lobpcg"):
         raise ValueError(
             f"partial_eigh: method must be None, 'auto', 'dense', 'krylov', 'arpack' or 'lobpcg', got {method!r}")
+    if method == "krylov" and dtype.is_complex:
+        method = _choose_method(opA, opB, k)  # block Lanczos's banded Ritz solver is real
     if method == "krylov" and (opA.kind != "dense" or opB is not None or 3 * (k + 1) > n):
         method = "dense" if opA.kind == "dense" or 3 * (k + 1) > n else "arpack"
     if method == "arpack" and k >= n - 1:
@@ -1320,7 +1370,7 @@ def partial_eigh(
                 p = 0
             else:
                 w, U = _solve_dense(opA, opB, m + p, largest)
-            w, U = w.to(device=device, dtype=dtype), U.to(device=device, dtype=dtype)
+            w, U = w.to(device=device, dtype=real_dtype), U.to(device=device, dtype=dtype)
             if p:
                 w, U = _order(w, U, largest)
                 extra = (w[m:], U[:, m:])
@@ -1335,7 +1385,7 @@ def partial_eigh(
         else:
             limit = tol
             w, U, iterations, products = _solve_lobpcg(opA, opB, m, largest, tol, maxiter, normA, normB, k=k)
-        w, U = w.to(device=device, dtype=dtype), U.to(device=device, dtype=dtype)
+        w, U = w.to(device=device, dtype=real_dtype), U.to(device=device, dtype=dtype)
         if not bool(torch.isfinite(w).all() and torch.isfinite(U).all()):
             raise ConvergenceError(
                 "partial_eigh: the solver returned NaN or Inf (is B positive definite? does the "
@@ -1348,7 +1398,7 @@ def partial_eigh(
         if method == "krylov" and not residual <= limit:  # the estimates misled: direct solver
             method, extra = "dense", None
             w, U = _solve_dense(opA, opB, m, largest)
-            w, U = _order(w.to(device=device, dtype=dtype), U.to(device=device, dtype=dtype), largest)
+            w, U = _order(w.to(device=device, dtype=real_dtype), U.to(device=device, dtype=dtype), largest)
             limit = max(tol, eps ** (1.0 / 3.0))
             residual = float(_relative_residuals(opA, opB, w[:k], U[:, :k], normA, normB).max())
         if not residual <= limit:
@@ -1389,7 +1439,7 @@ def partial_eigh(
                     method = "lobpcg"
                 elif certificate == "direct":
                     method, limit = "dense", max(tol, eps ** (1.0 / 3.0))
-            w, U = w.to(device=device, dtype=dtype), U.to(device=device, dtype=dtype)
+            w, U = w.to(device=device, dtype=real_dtype), U.to(device=device, dtype=dtype)
             if certificate in ("repaired", "direct"):
                 _check_b_norms(opB, U[:, :k])
                 residual = float(_relative_residuals(opA, opB, w[:k], U[:, :k], normA, normB).max())

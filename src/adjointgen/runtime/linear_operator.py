@@ -11,6 +11,9 @@ dense block ``X`` of shape ``(n, m)``. Everything they accept is wrapped by :fun
 - ``diagonal()``, ``to_dense()``, ``is_finite()``, ``is_symmetric()``: cheap facts the solvers use
   for preconditioning, small-problem fallbacks and input checks.
 
+Complex operators (complex64/complex128 tensors, closures with complex parameters) work the same
+way; "symmetric" then means Hermitian, ``A == A^H``.
+
 A user-built :class:`LinearOperator` carries its parameters explicitly (``params``; without a
 floating tensor among them and without ``dtype=``, the dtype is inferred from one probe product, or
 a ``ValueError`` asks for it): ``matvec(X, *params)`` is ordinary differentiable torch code, so a
@@ -68,11 +71,13 @@ class LinearOperator:
             to the operator are gradients with respect to these.
         dtype: the operator's dtype; default: that of the first floating tensor in ``params``, else
             inferred on first use from one probe product with a single zero column (tried in
-            ``torch.get_default_dtype()``, then float64, float32: the first dtype the matvec accepts
-            and returns unchanged). A ``ValueError`` asks for ``dtype=`` when no probe succeeds.
+            ``torch.get_default_dtype()``, then float64, float32, complex128, complex64: the first
+            dtype the matvec accepts and returns unchanged). A ``ValueError`` asks for ``dtype=``
+            when no probe succeeds.
         device: the operator's device; default: that of the first tensor in ``params``, else that of
             the probe's result (CPU unless the matvec moves it).
-        symmetric: whether ``A == A^T``. The eigensolvers refuse ``symmetric=False``.
+        symmetric: whether ``A == A^T`` (complex: Hermitian, ``A == A^H``). The eigensolvers refuse
+            ``symmetric=False``.
 
     Example:
         >>> L = torch.randn(5, 2, requires_grad=True)
@@ -140,7 +145,8 @@ class LinearOperator:
         """Infer the dtype (and device) from one product with a zero column, for an operator built
         without floating parameters or ``dtype=``."""
         device = self._device or torch.device("cpu")
-        candidates = dict.fromkeys([torch.get_default_dtype(), torch.float64, torch.float32])
+        candidates = dict.fromkeys([torch.get_default_dtype(), torch.float64, torch.float32, torch.complex128,
+                                    torch.complex64])
         failures = []
         for dtype in candidates:
             X = torch.zeros(self._shape[1], 1, dtype=dtype, device=device)
@@ -207,7 +213,8 @@ class LinearOperator:
         return None
 
     def is_symmetric(self, rtol: float = 1e-10) -> bool:
-        """Whether the operator is symmetric; for closures this is the ``symmetric`` flag."""
+        """Whether the operator is symmetric (complex: Hermitian); for closures this is the
+        ``symmetric`` flag."""
         return self.symmetric and self._shape[0] == self._shape[1]
 
     def to_dense(self) -> torch.Tensor:
@@ -249,17 +256,17 @@ class _DenseOperator(LinearOperator):
         A = self.matrix.detach()
         if A.shape[0] != A.shape[1]:
             return False
-        if torch.equal(A, A.mT):  # the common case, exactly symmetric: no temporaries
+        if torch.equal(A, A.mH):  # the common case, exactly symmetric (Hermitian): no temporaries
             return True
         scale = A.abs().max()
-        return bool((A - A.mT).abs().max() <= rtol * scale)
+        return bool((A - A.mH).abs().max() <= rtol * scale)
 
     def to_dense(self) -> torch.Tensor:
         return self.matrix
 
     def to_scipy(self) -> np.ndarray:
-        """The matrix as a numpy array (a copy when it is not on the CPU)."""
-        return self.matrix.detach().cpu().numpy()
+        """The matrix as a numpy array (a copy when it is not on the CPU, or a conjugate view)."""
+        return self.matrix.detach().cpu().resolve_conj().numpy()
 
 
 def _sparse_rows_cols(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,7 +282,13 @@ def _sparse_rows_cols(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _sparse_values(matrix: torch.Tensor) -> torch.Tensor:
-    return matrix._values() if matrix.layout == torch.sparse_coo else matrix.values()
+    """The stored values, for the facts the solvers read (no graph needed)."""
+    if matrix.layout == torch.sparse_coo:
+        return matrix._values()
+    values = matrix.values()
+    # torch 2.x cannot take .real, isfinite or resolve_conj of the complex values() view of a CSR
+    # tensor ("Sparse CSR tensors do not have strides"); a detached alias of the same storage can
+    return values.detach() if values.is_complex() else values
 
 
 class _SparseOperator(LinearOperator):
@@ -301,7 +314,7 @@ class _SparseOperator(LinearOperator):
             else:
                 self._product_matrix = self.matrix.detach().to_sparse_csr()
         if self.device.type == "cpu":
-            return torch.from_numpy(np.asarray(self._product_matrix @ X.detach().numpy()))
+            return torch.from_numpy(np.asarray(self._product_matrix @ X.detach().resolve_conj().numpy()))
         return self._product_matrix @ X
 
     def diagonal(self) -> torch.Tensor:
@@ -318,7 +331,7 @@ class _SparseOperator(LinearOperator):
         if self.shape[0] != self.shape[1]:
             return False
         S = self.to_scipy()
-        difference = S - S.T
+        difference = S - (S.conj().T if np.iscomplexobj(S.data) else S.T)
         if difference.nnz == 0:
             return True
         scale = abs(S).max()
@@ -332,7 +345,7 @@ class _SparseOperator(LinearOperator):
         import scipy.sparse as sp
 
         rows, cols = _sparse_rows_cols(self.matrix)
-        values = _sparse_values(self.matrix).detach().cpu().numpy()
+        values = _sparse_values(self.matrix).detach().cpu().resolve_conj().numpy()
         return sp.csr_matrix(
             (values, (rows.cpu().numpy(), cols.cpu().numpy())), shape=self.shape
         )
@@ -351,7 +364,7 @@ def _scipy_operator(op: LinearOperator):
         def _matmat(self, X):
             Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np_dtype)).to(op.device)
             with torch.no_grad():
-                return op.matmul(Xt).detach().cpu().numpy()
+                return op.matmul(Xt).detach().cpu().resolve_conj().numpy()
 
         def _matvec(self, x):
             return self._matmat(np.asarray(x).reshape(-1, 1)).reshape(-1)
@@ -367,7 +380,7 @@ def _from_scipy_operator(op) -> LinearOperator:
     dtype = torch.from_numpy(np.zeros(0, dtype=np_dtype)).dtype
 
     def matvec(X: torch.Tensor) -> torch.Tensor:
-        Y = op.matmat(X.detach().cpu().numpy())
+        Y = op.matmat(X.detach().cpu().resolve_conj().numpy())
         return torch.from_numpy(np.ascontiguousarray(Y)).to(X.device)
 
     return LinearOperator(matvec, op.shape, dtype=dtype)
@@ -436,7 +449,8 @@ def sparse_lowrank_pattern_grad(A_sparse: torch.Tensor, L: torch.Tensor, R: torc
 
     This is the gradient with respect to the stored values of a sparse ``A`` when the dense
     cotangent is ``sum_r L[:, r] R[:, r]^T``: entry ``(i, j)`` stored in ``A`` gets
-    ``sum_r L[i, r] * R[j, r]``. It costs ``O(nnz * r)`` time by gathering the rows of ``L`` and ``R``
+    ``sum_r L[i, r] * R[j, r]`` (no conjugation: for the complex cotangent ``L R^H`` pass
+    ``R.conj()``). It costs ``O(nnz * r)`` time by gathering the rows of ``L`` and ``R``
     for the stored entries (processed in chunks, so temporary memory does not grow with nnz) and
     never forms an ``n x n`` matrix. It is plain torch code, differentiable with respect to ``L`` and
     ``R``.

@@ -1,7 +1,7 @@
 """The projected shifted solve ``S`` that generated rules call (``_solvers.shifted_solve``).
 
 Column ``i`` of ``S(X)`` is ``w_i`` with ``P (A - d_i B) w_i = P x_i`` and ``U^T B w_i = 0``,
-``P = I - B U U^T``.  Small dense problems use the exact bordered solve (differentiable, so second
+``P = I - B U U^T`` (``^T``: the conjugate transpose for complex Hermitian data).  Small dense problems use the exact bordered solve (differentiable, so second
 derivatives work); larger or matrix-free ones use block CG/MINRES on ``P X`` to the tolerance set by
 :func:`solve_options` (the partial eigensolver sets it from its own tolerance), preconditioned by
 the factorization the forward eigensolver certified its count with, and deflated by its extra Ritz
@@ -37,7 +37,7 @@ def solve_options(**options):
 
 
 def default_tol(dtype) -> float:
-    return 1e-11 if dtype == torch.float64 else 1e-5
+    return 1e-11 if dtype in (torch.float64, torch.complex128) else 1e-5
 
 
 def backward_tol(forward_tol, dtype) -> float:
@@ -77,7 +77,7 @@ def _iterative(A, B, U, d, X, opts):
     opA = A if isinstance(A, LinearOperator) else as_operator(A)
     opB = None if B is None else (B if isinstance(B, LinearOperator) else as_operator(B))
     BU = U if opB is None else opB.matmul(U)
-    R = X - BU @ (U.mT @ X)  # P X
+    R = X - BU @ (U.mH @ X)  # P X
     tol = opts.get("tol", default_tol(X.dtype))
     preconditioner = None
     aid = opts.get("aid")
