@@ -272,8 +272,10 @@ def _symbolic_env(d: Derivation, size: int = 3):
     return env
 
 
-#: steps whose validity uses only the (anti)symmetry of pairwise matrices, not their formulas
-FREE_PAIRWISE_STEPS = {"rewrite", "transpose", "project", "lowrank", "same"}
+#: steps whose symbolic check holds for any pairwise matrix of the same (anti)symmetry: they are
+#: checked with its entries as free symbols (polynomial, so cheap to simplify)
+FREE_PAIRWISE_STEPS = {"rewrite", "transpose", "project", "lowrank", "same", "specialize", "left_multiply",
+                       "right_multiply"}
 
 
 def _is_zero(x) -> bool:
