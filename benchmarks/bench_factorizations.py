@@ -1,0 +1,69 @@
+"""Cholesky, QR, inverse and solve: forward + backward of the generated functions vs their
+torch.linalg namesakes (ratios in one run; below 1.0: faster).
+
+    python benchmarks/bench_factorizations.py [--quick] [--device cuda]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import median_time, table  # noqa: E402
+
+import adjointgen.torch as agt  # noqa: E402
+
+
+def fwd_bwd(fn, inputs, grad):
+    def run():
+        xs = [x.detach().requires_grad_() for x in inputs]
+        out = fn(*xs)
+        out = out if isinstance(out, tuple) else (out,)
+        return torch.autograd.grad(out, xs, grad)
+    return run
+
+
+def cases(n, dtype, device, g):
+    M = torch.randn(n, n, dtype=dtype, generator=g)
+    spd = (M @ M.mT / n + torch.eye(n, dtype=dtype)).to(device)
+    A = (M + n ** 0.5 * torch.eye(n, dtype=dtype)).to(device)
+    T = torch.randn(2 * n, n, dtype=dtype, generator=g).to(device)
+    B = torch.randn(n, 8, dtype=dtype, generator=g).to(device)
+
+    def r(*shape):
+        return torch.randn(*shape, dtype=dtype, generator=g).to(device)
+
+    return {
+        "cholesky": (agt.cholesky, torch.linalg.cholesky, (spd,), (r(n, n).tril(),)),
+        "qr (tall 2n x n)": (agt.qr, torch.linalg.qr, (T,), (r(2 * n, n), r(n, n).triu())),
+        "inv": (agt.inv, torch.linalg.inv, (A,), (r(n, n),)),
+        "solve (n x 8)": (agt.solve, torch.linalg.solve, (A, B), (r(n, 8),)),
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args(argv)
+    sizes = [64] if args.quick else [256, 512]
+    sync = torch.cuda.synchronize if args.device == "cuda" else None
+    rows, results = [], []
+    for dtype in (torch.float64, torch.float32):
+        for n in sizes:
+            g = torch.Generator().manual_seed(n)
+            for name, (ours, theirs, inputs, grad) in cases(n, dtype, args.device, g).items():
+                t_ref = median_time(fwd_bwd(theirs, inputs, grad), sync=sync)
+                t_gen = median_time(fwd_bwd(ours, inputs, grad), sync=sync)
+                dt = str(dtype).replace("torch.", "")
+                rows.append((name, dt, n, f"{t_gen * 1e3:.2f}", f"{t_ref * 1e3:.2f}", f"{t_gen / t_ref:.2f}"))
+                results.append({"benchmark": "factorizations", "case": f"{name} fwd+bwd n={n} {dt}",
+                                "ratio": t_gen / t_ref, "anchor": "torch.linalg", "target": "<= 1.0"})
+    print(f"factorizations, forward + backward on {args.device} ({torch.get_num_threads()} threads), median ms")
+    print(table(rows, ["op", "dtype", "n", "adjointgen", "torch", "ratio"]))
+    return results
+
+
+if __name__ == "__main__":
+    main()
