@@ -1,8 +1,11 @@
 """Partial generalized eigendecomposition: k of n pairs of ``A U = B U D``, ``U^T B U = I_k``.
 
-The k×k part is the generalized full-spectrum derivation (``dC = U^T B dU`` with
-``dC + dC^T = -U^T dB U``); the rest of the tangent, ``W = dU - U dC``, lies in the B-orthogonal
-complement (``U^T B W = 0``).  Projecting the differentiated identity with ``P = I - B U U^T``
+``A`` Hermitian (real symmetric), ``B`` Hermitian positive definite; the derivation runs over
+complex matrices (``^T`` is the conjugate transpose) and the engine specialises the rules to real
+data.  The k×k part is the generalized full-spectrum derivation (``dC = U^T B dU`` with
+``dC + dC^T = -U^T dB U``; ``dW = dC + U^T dB U / 2`` is anti-Hermitian, its imaginary diagonal the
+phase of each eigenvector, a gauge fixed by ``diag(dW) = 0``); the rest of the tangent,
+``W = dU - U dC``, lies in the B-orthogonal complement (``U^T B W = 0``).  Projecting the differentiated identity with ``P = I - B U U^T``
 (``P B U = 0``) leaves, column by column, ``(A - d_i B) w_i = -P (dA - d_i dB) u_i``.  The adjoint
 solve applies ``P`` to ``gU`` — not ``P^T`` — because the solve operator ``P^T K^+ P`` is
 self-adjoint; the audit's dot-product identity checks exactly that.
@@ -22,32 +25,45 @@ def forward(A, B, k):
     return {"U": V[:, :k], "D": np.diag(w[:k])}  # the k smallest
 
 
-def align_signs(base, out):
-    signs = np.sign(np.sum(base["U"] * out["U"], axis=0))
-    return {"U": out["U"] * signs, "D": out["D"]}
+def aligner(B):
+    """Rotate each eigenvector by the phase (a sign for real data) that makes ``u0_j^H B u_j`` real
+    positive: the path then satisfies the gauge ``diag(dW) = 0``."""
+    def align(base, out):
+        z = np.sum(base["U"].conj() * (B @ out["U"]), axis=0)
+        return {"U": out["U"] * (z.conj() / np.abs(z)), "D": out["D"]}
+
+    return align
 
 
-def sample(rng, n, k):
-    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
-    B = (Q * rng.uniform(1, 20, n)) @ Q.T
-    B = (B + B.T) / 2
+def sample(rng, n, k, field):
+    """Random Hermitian A and Hermitian positive definite B (condition ~20) with well-separated
+    generalized eigenvalues, Hermitian directions dA, dB, and the output tangents of the k smallest
+    pairs by finite differences of scipy.linalg.eigh."""
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
+    def herm(X):
+        return (X + X.conj().T) / 2
+
+    Q, _ = np.linalg.qr(randn(n, n))
+    B = herm((Q * rng.uniform(1, 20, n)) @ Q.conj().T)
     L = np.linalg.cholesky(B)
-    Q2, _ = np.linalg.qr(rng.standard_normal((n, n)))
-    C = (Q2 * (np.sort(rng.uniform(-2, 2, n)) + np.arange(n))) @ Q2.T
-    A = L @ ((C + C.T) / 2) @ L.T
-    A = (A + A.T) / 2
-    dA, dB = rng.standard_normal((2, n, n))
-    dA, dB = (dA + dA.T) / 2, (dB + dB.T) / 2
+    Q2, _ = np.linalg.qr(randn(n, n))
+    C = (Q2 * (np.sort(rng.uniform(-2, 2, n)) + np.arange(n))) @ Q2.conj().T
+    A = herm(L @ herm(C) @ L.conj().T)
+    dA, dB = herm(randn(n, n)), herm(randn(n, n))
     base, tan = fd_tangents(lambda A, B: forward(A, B, k), {"A": A, "B": B}, {"A": dA, "B": dB},
-                            align=align_signs)
+                            align=aligner(B))
     return {"A": A, "B": B, "dA": dA, "dB": dB, "U": base["U"], "D": base["D"],
             "dU": tan["U"], "dD": tan["D"]}
 
 
 # ---------------------------------------------------------------- declarations
 d = Derivation("eigsh_generalized", __file__,
-               title="partial generalized eigendecomposition A U = B U D, U^T B U = I, U n×k",
-               references=("pytorch/pytorch#38948",))
+               title="partial generalized Hermitian-definite eigendecomposition A U = B U D, U^H B U = I, U n×k "
+                     "(real or complex)",
+               references=("pytorch/pytorch#38948",), field="complex")
 n, k = d.dim("n"), d.dim("k")
 A = d.input("A", n, n, symmetric=True)
 B = d.input("B", n, n, positive_definite=True)
@@ -55,7 +71,9 @@ U = d.output("U", n, k, orthonormal="B", api="V")
 D = d.output("D", k, k, diagonal=True, api="w")
 d.api_outputs("w", "V")
 dA, dB, dU, dD = d.tangent(A), d.tangent(B), d.tangent(U), d.tangent(D)
-d.instances(sample, [{"n": 5, "k": 2}, {"n": 7, "k": 3}, {"n": 6, "k": 1}])
+d.instances(sample, [{"n": 5, "k": 2, "field": "complex"}, {"n": 7, "k": 3, "field": "complex"},
+                     {"n": 5, "k": 2, "field": "real"}, {"n": 7, "k": 3, "field": "real"},
+                     {"n": 6, "k": 1, "field": "real"}])
 
 eig = d.identity("generalized eigenvector equation", A * U, B * U * D)
 borth = d.identity("B-orthonormal columns", U.T * B * U, Identity(k))
@@ -74,13 +92,18 @@ dC_of_dW = d.solve_for(d.identity("definition of dW", dW, dC + U.T * dB * U / 2)
 d.declare_skew(d.replace(d_borth, dC_of_dW, "substitute dC = dW - U^T dB U / 2: dW + dW^T = 0"), dW)
 p = d.replace(p, dC_of_dW, "substitute dC = dW - U^T dB U / 2")
 p, E = d.hadamard_split(p, D, dW, "E")
-dD_sol = d.solve_for(d.diagonal_part(p, "diagonal part (E_ii = 0)"), dD)
-# rotations inside clusters of equal kept eigenvalues are a gauge (dW is zero there)
+# the Hermitian part of the diagonal gives dD (E_ii = 0; diag(dW) is imaginary)
+dD_sol = d.solve_for(d.hermitian_part(d.diagonal_part(p, "diagonal part (E_ii = 0)"), "Hermitian part (dD real)"), dD)
+# diag(dW) is free: the phases of the eigenvectors, a gauge
+T = d.imaginary_diagonal("Theta", k)
+phase = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dW), ZeroMatrix(k, k)))
+# rotations inside clusters of equal kept eigenvalues are a gauge (dW is zero there; Q unitary
+# keeps U^T B U = I)
 K = d.clusters(D)
 Omega = d.parameter("Omega", k, k, skew=True, within=K)
 d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
         fix=(HadamardProduct(K, dW), ZeroMatrix(k, k)))
-dW_sol, F = d.solve_offdiagonal(p, dW, E, "F", clusters=K)
+dW_sol, F = d.solve_offdiagonal(p, dW, E, "F", diagonal=phase, clusters=K)
 dC_sol = d.replace(dC_of_dW, dW_sol)
 
 # ---------------------------------------------------------------- the B-orthogonal complement

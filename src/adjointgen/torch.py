@@ -154,10 +154,11 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
     eigenspace comes from projected shifted solves, not from the full spectrum).
 
     Args:
-        A: symmetric ``(n, n)`` matrix: dense tensor (also batched ``(..., n, n)``), torch sparse
+        A: symmetric (complex: Hermitian) ``(n, n)`` matrix, float32/float64 or complex64/complex128: dense tensor (also batched ``(..., n, n)``), torch sparse
             COO/CSR, or :class:`adjointgen.LinearOperator` (a matvec with parameters).
         k: number of eigenpairs, ``1 <= k <= n``.
-        B: optional symmetric positive definite matrix in the same forms (``None``: identity).
+        B: optional symmetric (Hermitian) positive definite matrix in the same forms and dtype
+            (``None``: identity).
         largest: the ``k`` largest eigenvalues, descending; else the smallest, ascending.
         tol: relative residual of the computed pairs (default ``eps ** (2/3)``); the backward
             solves use ``min(tol, 1e-11)`` (float64) or ``1e-5`` (float32).
@@ -184,9 +185,9 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
     from .runtime.eigsh import eigsh as _eigsh
 
     if isinstance(A, torch.Tensor) and A.layout == torch.strided:
-        checks.symmetric_matrix(A, "A")
+        checks.symmetric_matrix(A, "A", complex_ok=True)
     if isinstance(B, torch.Tensor) and B.layout == torch.strided:
-        checks.symmetric_matrix(B, "B")
+        checks.symmetric_matrix(B, "B", complex_ok=True)
     return _eigsh(A, k, B, largest=largest, tol=tol, maxiter=maxiter)
 
 

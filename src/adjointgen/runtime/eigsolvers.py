@@ -1278,7 +1278,8 @@ def partial_eigh(
 
     Args:
         A: symmetric ``(n, n)`` matrix: dense or sparse (COO/CSR) torch tensor, numpy/scipy matrix,
-            or :class:`~adjointgen.runtime.linear_operator.LinearOperator` (``symmetric=True``).
+            or :class:`~adjointgen.runtime.linear_operator.LinearOperator` (``symmetric=True``);
+            float32/float64, or complex64/complex128 and Hermitian.
         k: number of eigenpairs, ``1 <= k <= n``.
         B: symmetric positive definite ``(n, n)`` matrix in any of the same forms, or ``None`` for
             the standard problem.
@@ -1293,12 +1294,14 @@ def partial_eigh(
             ``k <= n - 2`` and falls back to ``"dense"`` otherwise.
 
     Returns:
-        ``(w, U, info)``: eigenvalues ``(k,)``, B-orthonormal eigenvectors ``(n, k)`` (largest entry
-        of each column positive) on A's device and dtype, and a :class:`PartialEighInfo`.
+        ``(w, U, info)``: eigenvalues ``(k,)`` (real: float32/float64 also for complex input),
+        B-orthonormal eigenvectors ``(n, k)`` (largest entry of each column real positive) on A's
+        device and dtype, and a :class:`PartialEighInfo`.
 
     Raises:
         ValueError: non-square, mismatched shapes/dtypes/devices, k out of range (or not an
-            integer), NaN/Inf entries, non-symmetric input, ``B`` not positive definite.
+            integer), NaN/Inf entries, non-symmetric (non-Hermitian) input, ``B`` not positive
+            definite.
         ConvergenceError: the measured residual exceeds the tolerance, or the iterative route's
             result can neither be certified nor repaired (a ``ValueError``; it reports the residual
             reached and the ``k`` asked for).

@@ -21,6 +21,9 @@ _ENABLED = True
 _WHAT = {
     "svd": ("singular pair", "|U|, U U^H or U diag(S) V^H"),
     "eigh": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
+    "eigh_generalized": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
+    "eigsh": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
+    "eigsh_generalized": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
 }
 
 

@@ -171,7 +171,7 @@ def shifted_solve(xp, A, B, U, w, X):
     shifted = A[..., None, :, :] - w[..., :, None, None] * Bm[..., None, :, :]  # (..., k, n, n)
     batch = shifted.shape[:-2]
     top = xp.concatenate([shifted, xp.broadcast_to(BU[..., None, :, :], batch + (n, k))], axis=-1)
-    bottom = xp.concatenate([xp.broadcast_to(xp.swapaxes(BU, -1, -2)[..., None, :, :], batch + (k, n)),
+    bottom = xp.concatenate([xp.broadcast_to(xp.conj(xp.swapaxes(BU, -1, -2))[..., None, :, :], batch + (k, n)),
                              xp.zeros(batch + (k, k), dtype=X.dtype)], axis=-1)
     M = xp.concatenate([top, bottom], axis=-2)
     rhs = xp.concatenate([xp.swapaxes(X, -1, -2), xp.zeros(X.shape[:-2] + (X.shape[-1], k), dtype=X.dtype)], axis=-1)
