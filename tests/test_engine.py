@@ -211,3 +211,33 @@ def test_complex_transposition_is_the_adjoint_under_the_real_inner_product(rng):
 
 def _total(parts):
     return sp.MatAdd(*parts) if len(parts) > 1 else parts[0]
+
+
+def test_trace_and_scalar_identity_are_adjoint_and_log_det_follows_jacobi(rng):
+    """Scalar outputs: <g, tr(L dX R)> = <g L^T R^T, dX>, <G, h(dX) I> = <tr(G), h(dX)>, and
+    d log|det A| = tr(A^-1 dA), each checked on numbers."""
+    from adjointgen.calculus.nodes import LogAbsDet, ScalarIdentity, Trace
+
+    g = MatrixSymbol("g", 1, 1)
+    st = Structure()
+    got = transpose_linear(Trace(U * dX * B), {"dX"}, g, st)["dX"]
+    total = sp.MatAdd(*got) if len(got) > 1 else got[0]
+    assert same(total, Transpose(U) * ScalarIdentity(g, n) * Transpose(B), st)
+    env = {k: rng.standard_normal((4, 4)) for k in ("U", "B", "G", "dX", "A", "dA")}
+    env["g"] = rng.standard_normal((1, 1))
+    lhs = np.sum(evaluate(total, env, DIMS) * env["dX"])
+    rhs = float(env["g"][0, 0] * np.trace(env["U"] @ env["dX"] @ env["B"]))
+    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+    # a scalar that depends on the tangent, times the identity: its adjoint is a trace
+    h = Trace(U * dX)
+    got = transpose_linear(ScalarIdentity(h, n) * B, {"dX"}, G, st)["dX"]
+    total = sp.MatAdd(*got) if len(got) > 1 else got[0]
+    lhs = np.sum(evaluate(total, env, DIMS) * env["dX"])
+    rhs = np.sum(env["G"] * (np.trace(env["U"] @ env["dX"]) * env["B"]))
+    assert abs(lhs - rhs) <= 1e-12 * (abs(lhs) + abs(rhs))
+    # Jacobi's formula against a central difference
+    dl = differential(LogAbsDet(A), tangent_of({"A": dA}))
+    assert same(dl, Trace(Inverse(A) * dA), st)
+    h_ = 1e-6
+    fd = (np.linalg.slogdet(env["A"] + h_ * env["dA"])[1] - np.linalg.slogdet(env["A"] - h_ * env["dA"])[1]) / (2 * h_)
+    assert abs(evaluate(dl, env, DIMS)[0, 0] - fd) <= 1e-7 * max(1.0, abs(fd))

@@ -1,5 +1,6 @@
-"""Cholesky, QR, inverse and solve: drop-ins for their torch.linalg namesakes, with the rules the
-engine derived through the triangular projections (derivations/cholesky.py, qr.py, inv.py, solve.py)."""
+"""Cholesky, QR, inverse, solve and slogdet: drop-ins for their torch.linalg namesakes, with the rules
+the engine derived (derivations/cholesky.py, qr.py, inv.py, solve.py through the triangular
+projections; slogdet.py through Jacobi's formula and the trace's adjoint)."""
 import pytest
 import torch
 
@@ -59,6 +60,10 @@ CASES = [
      lambda: (general(2, 1, 4, seed=14), torch.randn(3, 4, 2, dtype=D, generator=gen(15)))),
     ("solve left=False", lambda A, B: agt.solve(A, B, left=False), lambda A, B: torch.linalg.solve(A, B, left=False),
      lambda: (general(4, seed=16), torch.randn(3, 4, dtype=D, generator=gen(17)))),
+    ("slogdet", lambda A: agt.slogdet(A).logabsdet, lambda A: torch.linalg.slogdet(A).logabsdet,
+     lambda: (torch.randn(5, 5, dtype=D, generator=gen(18)),)),
+    ("slogdet batched", lambda A: agt.slogdet(A)[1], lambda A: torch.linalg.slogdet(A)[1],
+     lambda: (torch.randn(2, 3, 4, 4, dtype=D, generator=gen(19)),)),
 ]
 
 
@@ -89,6 +94,7 @@ def test_values_and_gradients_match_torch(name, ours, theirs, make):
     ("qr wide", agt.qr, lambda: (torch.randn(2, 4, dtype=D, generator=gen(22)),)),
     ("inv", agt.inv, lambda: (general(3, seed=23),)),
     ("solve", agt.solve, lambda: (general(3, seed=24), torch.randn(3, 2, dtype=D, generator=gen(25)))),
+    ("slogdet", lambda A: agt.slogdet(A).logabsdet, lambda: (torch.randn(2, 4, 4, dtype=D, generator=gen(26)),)),
 ])
 def test_gradcheck_and_gradgradcheck(name, f, make):
     inputs = tuple(x.requires_grad_() for x in make())
@@ -179,3 +185,48 @@ def test_complete_qr_refuses_a_loss_on_the_arbitrary_columns():
     Q, R = agt.qr(A, mode="complete")
     with pytest.raises(RuntimeError, match="extra columns of Q"):
         Q[:, 4].sum().backward()
+
+
+def test_slogdet_is_a_drop_in_with_a_constant_sign():
+    A = torch.randn(3, 5, 5, dtype=D, generator=gen(70))
+    A[0] = A[0][[1, 0, 2, 3, 4]]  # one row swap: the sign flips
+    ours, theirs = agt.slogdet(A), torch.linalg.slogdet(A)
+    assert type(ours) is type(theirs)
+    assert torch.equal(ours.sign, theirs.sign) and rel(ours.logabsdet, theirs.logabsdet) < 1e-14
+    Ar = A.clone().requires_grad_()
+    sign, logabsdet = agt.slogdet(Ar)
+    assert not sign.requires_grad and logabsdet.requires_grad
+    (g,) = torch.autograd.grad(logabsdet.sum(), Ar)
+    assert rel(g, torch.linalg.inv(A).mT) < 1e-12  # d log|det A| / dA = A^-T
+    # forward mode: the sign has no tangent, logabsdet has tr(A^-1 dA)
+    dA = torch.randn(A.shape, dtype=D, generator=gen(71))
+    _, (dsign, dlog) = torch.func.jvp(lambda a: tuple(agt.slogdet(a)), (A,), (dA,))
+    assert torch.equal(dsign, torch.zeros_like(dsign))
+    assert rel(dlog, torch.linalg.solve(A, dA).diagonal(dim1=-2, dim2=-1).sum(-1)) < 1e-12
+    # every transform, second derivatives against torch's own
+    f, f_ref = (lambda a: agt.slogdet(a)[1]), (lambda a: torch.linalg.slogdet(a)[1])
+    assert rel(torch.func.vmap(f)(A), f_ref(A)) < 1e-14
+    assert rel(torch.func.jacfwd(f)(A[1]), torch.func.jacrev(f_ref)(A[1])) < 1e-12
+    assert rel(torch.func.hessian(f)(A[1]), torch.func.hessian(f_ref)(A[1])) < 1e-10
+
+
+def test_slogdet_float32_singular_empty_and_errors():
+    A = torch.randn(6, 6, generator=gen(72))
+    assert rel(agt.slogdet(A)[1], torch.linalg.slogdet(A)[1]) < 1e-5
+    g1, = grads(lambda a: agt.slogdet(a)[1], (A,), (torch.ones(()),))
+    g2, = grads(lambda a: torch.linalg.slogdet(a)[1], (A,), (torch.ones(()),))
+    assert rel(g1, g2) < 1e-4
+    singular = torch.zeros(2, 3, 3, dtype=D)
+    assert [tuple(x.tolist()) for x in agt.slogdet(singular)] == [tuple(x.tolist()) for x in torch.linalg.slogdet(singular)]
+    E = torch.zeros(0, 3, 3, dtype=D, requires_grad=True)
+    sign, logabsdet = agt.slogdet(E)
+    assert sign.shape == logabsdet.shape == (0,)
+    logabsdet.sum().backward()
+    assert E.grad.shape == E.shape
+    assert agt.slogdet(torch.zeros(2, 0, 0, dtype=D))[1].tolist() == [0.0, 0.0]  # det of 0×0 is 1
+    with pytest.raises(ValueError, match="square"):
+        agt.slogdet(torch.zeros(2, 3, dtype=D))
+    with pytest.raises(ValueError, match="NaN"):
+        agt.slogdet(torch.full((2, 2), float("nan"), dtype=D))
+    with pytest.raises(ValueError, match="float32/float64"):
+        agt.slogdet(torch.eye(2, dtype=torch.complex128))

@@ -73,7 +73,7 @@ def eigsh_jvp(A, w, V, dA, cluster_rtol=None, broadening=None):
     ``dV = V (F ∘ (V^T dA V)) - S[A - d_i; V](dA V)``
     """
     xp = _array_module(A, w, V, dA)
-    # Total ops: add 1, diagonal 1, matmul 3, pairwise_mul 1, scale 1, shifted_solve 1, transpose 1
+    # Total ops: add 1, diagonal 1, matmul 3, pairwise_mul 1, shifted_solve 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -81,9 +81,8 @@ def eigsh_jvp(A, w, V, dA, cluster_rtol=None, broadening=None):
     t4 = eigsh_F_mul(xp, w, t2, part='none', rtol=cluster_rtol, broadening=broadening)
     t5 = xp.matmul(V, t4)
     t6 = _shifted_solve(xp, A, None, V, w, t1)
-    t7 = -t6
-    t8 = t5 + t7
-    return t3, t8
+    t7 = t5 - t6
+    return t3, t7
 
 
 def eigsh_vjp(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -92,7 +91,7 @@ def eigsh_vjp(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     ``gA = -sym(S[A - d_i; V](gV) V^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
     """
     xp = _array_module(A, w, V, gw, gV)
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, scale 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_F_mul(xp, w, t1, part='skew', rtol=cluster_rtol, broadening=broadening)
@@ -103,9 +102,8 @@ def eigsh_vjp(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t6 = _shifted_solve(xp, A, None, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -t8
-    t10 = t5 + t9
-    return t10
+    t9 = t5 - t8
+    return t9
 
 
 def eigsh_vjp_factors(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -116,7 +114,7 @@ def eigsh_vjp_factors(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     ``gA_right = V``
     """
     xp = _array_module(A, w, V, gw, gV)
-    # Total ops: add 1, add_diag 1, matmul 2, pairwise_mul 1, scale 1, shifted_solve 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 2, pairwise_mul 1, shifted_solve 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
@@ -124,9 +122,8 @@ def eigsh_vjp_factors(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t3 = t2
     t4 = xp.matmul(V, t3)
     t5 = _shifted_solve(xp, A, None, V, w, gV)
-    t6 = -t5
-    t7 = t4 + t6
-    return t7, V
+    t6 = t4 - t5
+    return t6, V
 
 
 def eigsh_jvp_complex(A, w, V, dA, cluster_rtol=None, broadening=None):
@@ -137,7 +134,7 @@ def eigsh_jvp_complex(A, w, V, dA, cluster_rtol=None, broadening=None):
     ``dV = V (F ∘ (V^H dA V)) - S[A - d_i; V](dA V)``
     """
     xp = _array_module(A, w, V, dA)
-    # Total ops: add 1, diag_sym 1, matmul 3, pairwise_mul 1, scale 1, shifted_solve 1, transpose 1
+    # Total ops: add 1, diag_sym 1, matmul 3, pairwise_mul 1, shifted_solve 1, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -145,9 +142,8 @@ def eigsh_jvp_complex(A, w, V, dA, cluster_rtol=None, broadening=None):
     t4 = eigsh_F_mul(xp, w, t2, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
     t5 = xp.matmul(V, t4)
     t6 = _shifted_solve(xp, A, None, V, w, t1)
-    t7 = -t6
-    t8 = t5 + t7
-    return t3, t8
+    t7 = t5 - t6
+    return t3, t7
 
 
 def eigsh_vjp_complex(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -156,7 +152,7 @@ def eigsh_vjp_complex(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     ``gA = -sym(S[A - d_i; V](gV) V^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
     """
     xp = _array_module(A, w, V, gw, gV)
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, scale 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_F_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
@@ -167,9 +163,8 @@ def eigsh_vjp_complex(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t6 = _shifted_solve(xp, A, None, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.conj(xp.swapaxes(t7, -1, -2)))
-    t9 = -t8
-    t10 = t5 + t9
-    return t10
+    t9 = t5 - t8
+    return t9
 
 
 def eigsh_gauge(V, gV):
@@ -219,7 +214,7 @@ def eigsh_vjp_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     ``residual_clusters = K ∘ skew(V^T gV)``
     """
     xp = _array_module(A, w, V, gw, gV)
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 2, scale 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_F_mul(xp, w, t1, part='skew', rtol=cluster_rtol, broadening=broadening)
@@ -230,10 +225,9 @@ def eigsh_vjp_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t6 = _shifted_solve(xp, A, None, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = eigsh_K_mul(xp, w, t1, part='skew', rtol=cluster_rtol)
-    return t10, t11
+    t9 = t5 - t8
+    t10 = eigsh_K_mul(xp, w, t1, part='skew', rtol=cluster_rtol)
+    return t9, t10
 
 
 def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -246,7 +240,7 @@ def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=Non
     ``residual_clusters = K ∘ skew(V^H gV)``
     """
     xp = _array_module(A, w, V, gw, gV)
-    # Total ops: add 1, add_diag 1, diag_skew 1, matmul 4, pairwise_mul_skew 2, scale 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, diag_skew 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_F_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
@@ -257,8 +251,7 @@ def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=Non
     t6 = _shifted_solve(xp, A, None, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.conj(xp.swapaxes(t7, -1, -2)))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
-    t12 = eigsh_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
-    return t10, t11, t12
+    t9 = t5 - t8
+    t10 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
+    t11 = eigsh_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
+    return t9, t10, t11

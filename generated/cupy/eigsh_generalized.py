@@ -73,7 +73,7 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None
     ``dV = V (F ∘ (V^T dA V)) - 1/2 V (F ∘ (diag(w) V^T dB V)) - 1/2 V (F ∘ (V^T dB V diag(w))) - 1/2 V V^T dB V - S[A - d_i B; V](dA V) + S[A - d_i B; V](dB V diag(w))``
     """
     xp = _array_module(A, B, w, V, dA, dB)
-    # Total ops: add 5, diag_mul 1, diagonal 2, matmul 6, pairwise_mul 1, scale 4, scale_cols 1, scale_rows 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 5, diag_mul 1, diagonal 2, matmul 6, pairwise_mul 1, scale 1, scale_cols 1, scale_rows 1, shifted_solve 1, sym 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -82,23 +82,20 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None
     t5 = xp.matmul(t0, t4)
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).copy()
     t7 = t6 * w
-    t8 = -t7
-    t9 = t3 + t8
-    t10 = -1/2 * t5
-    t11 = w[..., :, None] * t5
-    t12 = 0.5 * (t11 + xp.swapaxes(t11, -1, -2))
-    t13 = -t12
-    t14 = t13 + t2
-    t15 = eigsh_generalized_F_mul(xp, w, t14, part='none', rtol=cluster_rtol, broadening=broadening)
-    t16 = t10 + t15
-    t17 = xp.matmul(V, t16)
-    t18 = -t1
-    t19 = V * w[..., None, :]
-    t20 = xp.matmul(dB, t19)
-    t21 = t18 + t20
-    t22 = _shifted_solve(xp, A, B, V, w, t21)
-    t23 = t17 + t22
-    return t9, t23
+    t8 = t3 - t7
+    t9 = -1/2 * t5
+    t10 = w[..., :, None] * t5
+    t11 = 0.5 * (t10 + xp.swapaxes(t10, -1, -2))
+    t12 = t2 - t11
+    t13 = eigsh_generalized_F_mul(xp, w, t12, part='none', rtol=cluster_rtol, broadening=broadening)
+    t14 = t9 + t13
+    t15 = xp.matmul(V, t14)
+    t16 = V * w[..., None, :]
+    t17 = xp.matmul(dB, t16)
+    t18 = t17 - t1
+    t19 = _shifted_solve(xp, A, B, V, w, t18)
+    t20 = t15 + t19
+    return t8, t20
 
 
 def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -109,7 +106,7 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None
     ``gB = sym(S[A - d_i B; V](gV) diag(w) V^T) - 1/2 sym(V (F ∘ (V^T gV)) diag(w) V^T) - 1/2 sym(V diag(w) (F ∘ (V^T gV)) V^T) - sym(V diag(w) diag(gw) V^T) - 1/2 sym(V V^T gV V^T)``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 5, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='skew', rtol=cluster_rtol, broadening=broadening)
@@ -120,29 +117,28 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None
     t6 = _shifted_solve(xp, A, B, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = w * gw
-    t12 = -t11
-    t13 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t13 * w[..., None, :]
-    t15 = 0.5 * (t14 + xp.swapaxes(t14, -1, -2))
-    t16 = -1/2 * t15
-    t17 = w[..., :, None] * t13
-    t18 = 0.5 * (t17 + xp.swapaxes(t17, -1, -2))
-    t19 = -1/2 * t18
-    t20 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t21 = -1/2 * t20
-    t22 = t16 + t19 + t21
-    _add_diag_(xp, t22, t12)
-    t23 = t22
-    t24 = xp.matmul(t23, t0)
-    t25 = xp.matmul(V, t24)
-    t26 = w[..., :, None] * t0
-    t27 = xp.matmul(t6, t26)
-    t28 = 0.5 * (t27 + xp.swapaxes(t27, -1, -2))
-    t29 = t25 + t28
-    return t10, t29
+    t9 = t5 - t8
+    t10 = w * gw
+    t11 = -t10
+    t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
+    t13 = t12 * w[..., None, :]
+    t14 = 0.5 * (t13 + xp.swapaxes(t13, -1, -2))
+    t15 = -1/2 * t14
+    t16 = w[..., :, None] * t12
+    t17 = 0.5 * (t16 + xp.swapaxes(t16, -1, -2))
+    t18 = -1/2 * t17
+    t19 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
+    t20 = -1/2 * t19
+    t21 = t15 + t18 + t20
+    _add_diag_(xp, t21, t11)
+    t22 = t21
+    t23 = xp.matmul(t22, t0)
+    t24 = xp.matmul(V, t23)
+    t25 = w[..., :, None] * t0
+    t26 = xp.matmul(t6, t25)
+    t27 = 0.5 * (t26 + xp.swapaxes(t26, -1, -2))
+    t28 = t24 + t27
+    return t9, t28
 
 
 def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -157,29 +153,28 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     ``gB_right = V``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 5, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
+    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
     t3 = _add_diag(xp, t2, gw)
     t4 = xp.matmul(V, t3)
     t5 = _shifted_solve(xp, A, B, V, w, gV)
-    t6 = -t5
-    t7 = t4 + t6
-    t8 = -gw
-    t9 = -1/2 * t2
-    _add_diag_(xp, t9, t8)
-    t10 = t9
-    t11 = w[..., :, None] * t10
-    t12 = t2 * w[..., None, :]
-    t13 = -1/2 * t12
-    t14 = -1/2 * t1
-    t15 = t13 + t14
-    t16 = t11 + t15
-    t17 = xp.matmul(V, t16)
-    t18 = t5 * w[..., None, :]
-    t19 = t17 + t18
-    return t7, V, t19, V
+    t6 = t4 - t5
+    t7 = -gw
+    t8 = -1/2 * t2
+    _add_diag_(xp, t8, t7)
+    t9 = t8
+    t10 = w[..., :, None] * t9
+    t11 = t2 * w[..., None, :]
+    t12 = -1/2 * t11
+    t13 = -1/2 * t1
+    t14 = t12 + t13
+    t15 = t10 + t14
+    t16 = xp.matmul(V, t15)
+    t17 = t5 * w[..., None, :]
+    t18 = t16 + t17
+    return t6, V, t18, V
 
 
 def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None):
@@ -190,7 +185,7 @@ def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broaden
     ``dV = V (F ∘ (V^H dA V)) - 1/2 V (F ∘ (diag(w) V^H dB V)) - 1/2 V (F ∘ (V^H dB V diag(w))) - 1/2 V V^H dB V - S[A - d_i B; V](dA V) + S[A - d_i B; V](dB V diag(w))``
     """
     xp = _array_module(A, B, w, V, dA, dB)
-    # Total ops: add 5, diag_mul 1, diag_sym 2, matmul 6, pairwise_mul 1, scale 4, scale_cols 1, scale_rows 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 5, diag_mul 1, diag_sym 2, matmul 6, pairwise_mul 1, scale 1, scale_cols 1, scale_rows 1, shifted_solve 1, sym 1, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -199,23 +194,20 @@ def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broaden
     t5 = xp.matmul(t0, t4)
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).real.copy()
     t7 = t6 * w
-    t8 = -t7
-    t9 = t3 + t8
-    t10 = -1/2 * t5
-    t11 = w[..., :, None] * t5
-    t12 = 0.5 * (t11 + xp.conj(xp.swapaxes(t11, -1, -2)))
-    t13 = -t12
-    t14 = t13 + t2
-    t15 = eigsh_generalized_F_mul(xp, w, t14, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t16 = t10 + t15
-    t17 = xp.matmul(V, t16)
-    t18 = -t1
-    t19 = V * w[..., None, :]
-    t20 = xp.matmul(dB, t19)
-    t21 = t18 + t20
-    t22 = _shifted_solve(xp, A, B, V, w, t21)
-    t23 = t17 + t22
-    return t9, t23
+    t8 = t3 - t7
+    t9 = -1/2 * t5
+    t10 = w[..., :, None] * t5
+    t11 = 0.5 * (t10 + xp.conj(xp.swapaxes(t10, -1, -2)))
+    t12 = t2 - t11
+    t13 = eigsh_generalized_F_mul(xp, w, t12, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t14 = t9 + t13
+    t15 = xp.matmul(V, t14)
+    t16 = V * w[..., None, :]
+    t17 = xp.matmul(dB, t16)
+    t18 = t17 - t1
+    t19 = _shifted_solve(xp, A, B, V, w, t18)
+    t20 = t15 + t19
+    return t8, t20
 
 
 def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -226,7 +218,7 @@ def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     ``gB = sym(S[A - d_i B; V](gV) diag(w) V^H) - 1/2 sym(V (F ∘ (V^H gV)) diag(w) V^H) - 1/2 sym(V diag(w) (F ∘ (V^H gV)) V^H) - sym(V diag(w) diag(gw) V^H) - 1/2 sym(V V^H gV V^H)``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 5, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
@@ -237,29 +229,28 @@ def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t6 = _shifted_solve(xp, A, B, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.conj(xp.swapaxes(t7, -1, -2)))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = w * gw
-    t12 = -t11
-    t13 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t14 = t13 * w[..., None, :]
-    t15 = 0.5 * (t14 + xp.conj(xp.swapaxes(t14, -1, -2)))
-    t16 = -1/2 * t15
-    t17 = w[..., :, None] * t13
-    t18 = 0.5 * (t17 + xp.conj(xp.swapaxes(t17, -1, -2)))
-    t19 = -1/2 * t18
-    t20 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t21 = -1/2 * t20
-    t22 = t16 + t19 + t21
-    _add_diag_(xp, t22, t12)
-    t23 = t22
-    t24 = xp.matmul(t23, t0)
-    t25 = xp.matmul(V, t24)
-    t26 = w[..., :, None] * t0
-    t27 = xp.matmul(t6, t26)
-    t28 = 0.5 * (t27 + xp.conj(xp.swapaxes(t27, -1, -2)))
-    t29 = t25 + t28
-    return t10, t29
+    t9 = t5 - t8
+    t10 = w * gw
+    t11 = -t10
+    t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t12 * w[..., None, :]
+    t14 = 0.5 * (t13 + xp.conj(xp.swapaxes(t13, -1, -2)))
+    t15 = -1/2 * t14
+    t16 = w[..., :, None] * t12
+    t17 = 0.5 * (t16 + xp.conj(xp.swapaxes(t16, -1, -2)))
+    t18 = -1/2 * t17
+    t19 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
+    t20 = -1/2 * t19
+    t21 = t15 + t18 + t20
+    _add_diag_(xp, t21, t11)
+    t22 = t21
+    t23 = xp.matmul(t22, t0)
+    t24 = xp.matmul(V, t23)
+    t25 = w[..., :, None] * t0
+    t26 = xp.matmul(t6, t25)
+    t27 = 0.5 * (t26 + xp.conj(xp.swapaxes(t26, -1, -2)))
+    t28 = t24 + t27
+    return t9, t28
 
 
 def eigsh_generalized_gauge(V, gV):
@@ -311,7 +302,7 @@ def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     ``residual_clusters = K ∘ skew(V^T gV)``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 5, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='skew', rtol=cluster_rtol, broadening=broadening)
@@ -322,30 +313,29 @@ def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t6 = _shifted_solve(xp, A, B, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.swapaxes(t7, -1, -2))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = w * gw
-    t12 = -t11
-    t13 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t13 * w[..., None, :]
-    t15 = 0.5 * (t14 + xp.swapaxes(t14, -1, -2))
-    t16 = -1/2 * t15
-    t17 = w[..., :, None] * t13
-    t18 = 0.5 * (t17 + xp.swapaxes(t17, -1, -2))
-    t19 = -1/2 * t18
-    t20 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t21 = -1/2 * t20
-    t22 = t16 + t19 + t21
-    _add_diag_(xp, t22, t12)
-    t23 = t22
-    t24 = xp.matmul(t23, t0)
-    t25 = xp.matmul(V, t24)
-    t26 = w[..., :, None] * t0
-    t27 = xp.matmul(t6, t26)
-    t28 = 0.5 * (t27 + xp.swapaxes(t27, -1, -2))
-    t29 = t25 + t28
-    t30 = eigsh_generalized_K_mul(xp, w, t1, part='skew', rtol=cluster_rtol)
-    return t10, t29, t30
+    t9 = t5 - t8
+    t10 = w * gw
+    t11 = -t10
+    t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
+    t13 = t12 * w[..., None, :]
+    t14 = 0.5 * (t13 + xp.swapaxes(t13, -1, -2))
+    t15 = -1/2 * t14
+    t16 = w[..., :, None] * t12
+    t17 = 0.5 * (t16 + xp.swapaxes(t16, -1, -2))
+    t18 = -1/2 * t17
+    t19 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
+    t20 = -1/2 * t19
+    t21 = t15 + t18 + t20
+    _add_diag_(xp, t21, t11)
+    t22 = t21
+    t23 = xp.matmul(t22, t0)
+    t24 = xp.matmul(V, t23)
+    t25 = w[..., :, None] * t0
+    t26 = xp.matmul(t6, t25)
+    t27 = 0.5 * (t26 + xp.swapaxes(t26, -1, -2))
+    t28 = t24 + t27
+    t29 = eigsh_generalized_K_mul(xp, w, t1, part='skew', rtol=cluster_rtol)
+    return t9, t28, t29
 
 
 def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -360,7 +350,7 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     ``residual_clusters = K ∘ skew(V^H gV)``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 3, add_diag 2, diag_mul 1, diag_skew 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 5, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, diag_skew 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
@@ -371,28 +361,27 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     t6 = _shifted_solve(xp, A, B, V, w, gV)
     t7 = xp.matmul(t6, t0)
     t8 = 0.5 * (t7 + xp.conj(xp.swapaxes(t7, -1, -2)))
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = w * gw
-    t12 = -t11
-    t13 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t14 = t13 * w[..., None, :]
-    t15 = 0.5 * (t14 + xp.conj(xp.swapaxes(t14, -1, -2)))
-    t16 = -1/2 * t15
-    t17 = w[..., :, None] * t13
-    t18 = 0.5 * (t17 + xp.conj(xp.swapaxes(t17, -1, -2)))
-    t19 = -1/2 * t18
-    t20 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t21 = -1/2 * t20
-    t22 = t16 + t19 + t21
-    _add_diag_(xp, t22, t12)
-    t23 = t22
-    t24 = xp.matmul(t23, t0)
-    t25 = xp.matmul(V, t24)
-    t26 = w[..., :, None] * t0
-    t27 = xp.matmul(t6, t26)
-    t28 = 0.5 * (t27 + xp.conj(xp.swapaxes(t27, -1, -2)))
-    t29 = t25 + t28
-    t30 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
-    t31 = eigsh_generalized_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
-    return t10, t29, t30, t31
+    t9 = t5 - t8
+    t10 = w * gw
+    t11 = -t10
+    t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t12 * w[..., None, :]
+    t14 = 0.5 * (t13 + xp.conj(xp.swapaxes(t13, -1, -2)))
+    t15 = -1/2 * t14
+    t16 = w[..., :, None] * t12
+    t17 = 0.5 * (t16 + xp.conj(xp.swapaxes(t16, -1, -2)))
+    t18 = -1/2 * t17
+    t19 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
+    t20 = -1/2 * t19
+    t21 = t15 + t18 + t20
+    _add_diag_(xp, t21, t11)
+    t22 = t21
+    t23 = xp.matmul(t22, t0)
+    t24 = xp.matmul(V, t23)
+    t25 = w[..., :, None] * t0
+    t26 = xp.matmul(t6, t25)
+    t27 = 0.5 * (t26 + xp.conj(xp.swapaxes(t26, -1, -2)))
+    t28 = t24 + t27
+    t29 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
+    t30 = eigsh_generalized_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
+    return t9, t28, t29, t30

@@ -25,24 +25,21 @@ def pinv_jvp(A, P, dA):
     ``dP = -P A dA^T P^T P - P dA P + P P^T dA^T - P P^T dA^T A P + dA^T P^T P``
     """
     xp = _array_module(A, P, dA)
-    # Total ops: add 3, matmul 8, scale 3, transpose 2
+    # Total ops: add 3, matmul 8, transpose 2
     t0 = xp.swapaxes(dA, -1, -2)
     t1 = xp.swapaxes(P, -1, -2)
     t2 = xp.matmul(t0, t1)
     t3 = xp.matmul(A, t2)
-    t4 = -t3
-    t5 = xp.matmul(t0, A)
-    t6 = xp.matmul(t1, t5)
-    t7 = -t6
-    t8 = -dA
-    t9 = t4 + t7 + t8
-    t10 = xp.matmul(t9, P)
-    t11 = xp.matmul(t1, t0)
+    t4 = xp.matmul(t0, A)
+    t5 = xp.matmul(t1, t4)
+    t6 = -t3 - t5 - dA
+    t7 = xp.matmul(t6, P)
+    t8 = xp.matmul(t1, t0)
+    t9 = t7 + t8
+    t10 = xp.matmul(P, t9)
+    t11 = xp.matmul(t2, P)
     t12 = t10 + t11
-    t13 = xp.matmul(P, t12)
-    t14 = xp.matmul(t2, P)
-    t15 = t13 + t14
-    return t15
+    return t12
 
 
 def pinv_vjp(A, P, gP):
@@ -51,23 +48,20 @@ def pinv_vjp(A, P, gP):
     ``gA = -A P gP^T P P^T + P^T P gP^T - P^T P gP^T P A - P^T gP P^T + gP^T P P^T``
     """
     xp = _array_module(A, P, gP)
-    # Total ops: add 4, matmul 9, scale 3, transpose 2
+    # Total ops: add 4, matmul 8, transpose 3
     t0 = xp.swapaxes(P, -1, -2)
     t1 = xp.swapaxes(gP, -1, -2)
     t2 = xp.matmul(P, A)
     t3 = xp.matmul(t1, t2)
-    t4 = -t3
-    t5 = t1 + t4
-    t6 = xp.matmul(P, t5)
-    t7 = xp.matmul(gP, t0)
-    t8 = -t7
-    t9 = t6 + t8
-    t10 = xp.matmul(t0, t9)
-    t11 = xp.matmul(P, t1)
-    t12 = xp.matmul(A, t11)
-    t13 = -t12
-    t14 = t1 + t13
-    t15 = xp.matmul(t14, P)
-    t16 = xp.matmul(t15, t0)
-    t17 = t10 + t16
-    return t17
+    t4 = t1 - t3
+    t5 = xp.matmul(P, t4)
+    t6 = xp.matmul(gP, t0)
+    t7 = t5 - t6
+    t8 = xp.matmul(t0, t7)
+    t9 = xp.swapaxes(t6, -1, -2)
+    t10 = xp.matmul(A, t9)
+    t11 = t1 - t10
+    t12 = xp.matmul(t11, P)
+    t13 = xp.matmul(t12, t0)
+    t14 = t8 + t13
+    return t14

@@ -27,23 +27,20 @@ def qr_jvp(Q, R, dA):
     ``dR = -tril₋(Q^T dA R^-1) R + Q^T dA + (tril₋(Q^T dA R^-1))^T R``
     """
     xp = _array_module(Q, R, dA)
-    # Total ops: add 4, matmul 3, scale 3, solve_right 2, strictly_lower 1, transpose 2
+    # Total ops: add 4, matmul 3, solve_right 2, strictly_lower 1, transpose 2
     t0 = xp.swapaxes(Q, -1, -2)
     t1 = xp.matmul(t0, dA)
     t2 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(R, -1, -2), xp.swapaxes(t1, -1, -2), lower=True), -1, -2)
-    t3 = -t2
-    t4 = xp.tril(t2, -1)
-    t5 = xp.swapaxes(t4, -1, -2)
-    t6 = -t5
-    t7 = t3 + t4 + t6
-    t8 = xp.matmul(Q, t7)
-    t9 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(R, -1, -2), xp.swapaxes(dA, -1, -2), lower=True), -1, -2)
-    t10 = t8 + t9
-    t11 = -t4
-    t12 = t11 + t5
-    t13 = xp.matmul(t12, R)
-    t14 = t1 + t13
-    return t10, t14
+    t3 = xp.tril(t2, -1)
+    t4 = xp.swapaxes(t3, -1, -2)
+    t5 = t3 - t2 - t4
+    t6 = xp.matmul(Q, t5)
+    t7 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(R, -1, -2), xp.swapaxes(dA, -1, -2), lower=True), -1, -2)
+    t8 = t6 + t7
+    t9 = t4 - t3
+    t10 = xp.matmul(t9, R)
+    t11 = t1 + t10
+    return t8, t11
 
 
 def qr_vjp(Q, R, gQ, gR):
@@ -52,24 +49,20 @@ def qr_vjp(Q, R, gQ, gR):
     ``gA = Q gR + Q tril₋(R gR^T) (R^T)^-1 - Q tril₋(gR R^T) (R^T)^-1 + Q tril₋(Q^T gQ) (R^T)^-1 - Q tril₋(gQ^T Q) (R^T)^-1 - Q Q^T gQ (R^T)^-1 + gQ (R^T)^-1``
     """
     xp = _array_module(Q, R, gQ, gR)
-    # Total ops: add 4, matmul 5, scale 3, solve_right 2, strictly_lower 1, transpose 4
+    # Total ops: add 4, matmul 3, solve_right 2, strictly_lower 1, transpose 5
     t0 = xp.swapaxes(Q, -1, -2)
     t1 = xp.matmul(t0, gQ)
-    t2 = -t1
-    t3 = xp.swapaxes(gR, -1, -2)
-    t4 = xp.matmul(R, t3)
-    t5 = xp.swapaxes(gQ, -1, -2)
-    t6 = xp.matmul(t5, Q)
-    t7 = -t6
-    t8 = xp.swapaxes(R, -1, -2)
-    t9 = xp.matmul(gR, t8)
-    t10 = -t9
-    t11 = t1 + t10 + t4 + t7
-    t12 = xp.tril(t11, -1)
-    t13 = t12 + t2
-    t14 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t8, -1, -2), xp.swapaxes(t13, -1, -2), lower=False), -1, -2)
-    t15 = gR + t14
-    t16 = xp.matmul(Q, t15)
-    t17 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t8, -1, -2), xp.swapaxes(gQ, -1, -2), lower=False), -1, -2)
-    t18 = t16 + t17
-    return t18
+    t2 = xp.swapaxes(gR, -1, -2)
+    t3 = xp.matmul(R, t2)
+    t4 = xp.swapaxes(t1, -1, -2)
+    t5 = xp.swapaxes(R, -1, -2)
+    t6 = xp.swapaxes(t3, -1, -2)
+    t7 = t1 + t3 - t6 - t4
+    t8 = xp.tril(t7, -1)
+    t9 = t8 - t1
+    t10 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t5, -1, -2), xp.swapaxes(t9, -1, -2), lower=False), -1, -2)
+    t11 = gR + t10
+    t12 = xp.matmul(Q, t11)
+    t13 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t5, -1, -2), xp.swapaxes(gQ, -1, -2), lower=False), -1, -2)
+    t14 = t12 + t13
+    return t14

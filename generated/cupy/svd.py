@@ -109,37 +109,32 @@ def svd_jvp(U, S, V, dA, cluster_rtol=None, broadening=None):
     ``dV = 1/2 V (F ∘ (U^T dA V)) + 1/2 V (F ∘ (V^T dA^T U)) - 1/2 V (G ∘ (U^T dA V)) + 1/2 V (G ∘ (V^T dA^T U)) - V V^T dA^T U diag(S)^-1 + dA^T U diag(S)^-1``
     """
     xp = _array_module(U, S, V, dA)
-    # Total ops: add 5, diagonal 2, matmul 7, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 5, scale_cols 4, transpose 3
+    # Total ops: add 5, diagonal 2, matmul 5, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 2, scale_cols 4, transpose 3
     t0 = xp.swapaxes(U, -1, -2)
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, dA)
     t3 = xp.matmul(t2, V)
     t4 = t3 * t1[..., None, :]
-    t5 = -t4
-    t6 = svd_F_mul(xp, S, t3, part='sym', rtol=cluster_rtol, broadening=broadening)
-    t7 = svd_G_mul(xp, S, t3, part='skew', rtol=cluster_rtol, broadening=broadening)
-    t8 = t5 + t6 + t7
-    t9 = xp.matmul(U, t8)
-    t10 = V * t1[..., None, :]
-    t11 = xp.matmul(dA, t10)
-    t12 = t11 + t9
-    t13 = xp.diagonal(t3, axis1=-2, axis2=-1).copy()
-    t14 = 1/2 * t13
-    t15 = xp.swapaxes(V, -1, -2)
-    t16 = xp.swapaxes(dA, -1, -2)
-    t17 = xp.matmul(t16, U)
-    t18 = xp.matmul(t15, t17)
-    t19 = xp.diagonal(t18, axis1=-2, axis2=-1).copy()
-    t20 = 1/2 * t19
-    t21 = t14 + t20
-    t22 = t18 * t1[..., None, :]
-    t23 = -t22
-    t24 = -t7
-    t25 = t23 + t24 + t6
-    t26 = xp.matmul(V, t25)
-    t27 = t17 * t1[..., None, :]
-    t28 = t26 + t27
-    return t12, t21, t28
+    t5 = svd_F_mul(xp, S, t3, part='sym', rtol=cluster_rtol, broadening=broadening)
+    t6 = svd_G_mul(xp, S, t3, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t7 = t5 + t6 - t4
+    t8 = xp.matmul(U, t7)
+    t9 = V * t1[..., None, :]
+    t10 = xp.matmul(dA, t9)
+    t11 = t10 + t8
+    t12 = xp.diagonal(t3, axis1=-2, axis2=-1).copy()
+    t13 = 1/2 * t12
+    t14 = xp.swapaxes(t2, -1, -2)
+    t15 = xp.swapaxes(t3, -1, -2)
+    t16 = xp.diagonal(t15, axis1=-2, axis2=-1).copy()
+    t17 = 1/2 * t16
+    t18 = t13 + t17
+    t19 = t15 * t1[..., None, :]
+    t20 = t5 - t19 - t6
+    t21 = xp.matmul(V, t20)
+    t22 = t14 * t1[..., None, :]
+    t23 = t21 + t22
+    return t11, t18, t23
 
 
 def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -148,36 +143,33 @@ def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T + U diag(S)^-1 gV^T - U diag(S)^-1 gV^T V V^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 6, pairwise_mul 2, reciprocal_masked 1, scale 3, scale_cols 1, scale_rows 3, skew 2, transpose 3
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.swapaxes(gV, -1, -2)
     t2 = xp.matmul(t1, V)
     t3 = t0[..., :, None] * t2
-    t4 = -t3
-    t5 = xp.swapaxes(U, -1, -2)
-    t6 = xp.matmul(t5, gU)
-    t7 = t6 * t0[..., None, :]
-    t8 = -t7
-    t9 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
-    t10 = xp.swapaxes(V, -1, -2)
-    t11 = xp.matmul(t10, gV)
-    t12 = 0.5 * (t11 - xp.swapaxes(t11, -1, -2))
-    t13 = t12 + t9
-    t14 = svd_F_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
-    t15 = -t12
-    t16 = t15 + t9
-    t17 = svd_G_mul(xp, S, t16, part='none', rtol=cluster_rtol, broadening=broadening)
-    t18 = t14 + t17 + t4 + t8
-    _add_diag_(xp, t18, gS)
-    t19 = t18
-    t20 = xp.matmul(t19, t10)
-    t21 = t0[..., :, None] * t1
-    t22 = t20 + t21
-    t23 = xp.matmul(U, t22)
-    t24 = t0[..., :, None] * t10
-    t25 = xp.matmul(gU, t24)
-    t26 = t23 + t25
-    return t26
+    t4 = xp.swapaxes(U, -1, -2)
+    t5 = xp.matmul(t4, gU)
+    t6 = t5 * t0[..., None, :]
+    t7 = 0.5 * (t5 - xp.swapaxes(t5, -1, -2))
+    t8 = xp.swapaxes(V, -1, -2)
+    t9 = xp.swapaxes(t2, -1, -2)
+    t10 = 0.5 * (t9 - xp.swapaxes(t9, -1, -2))
+    t11 = t10 + t7
+    t12 = svd_F_mul(xp, S, t11, part='none', rtol=cluster_rtol, broadening=broadening)
+    t13 = t7 - t10
+    t14 = svd_G_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
+    t15 = t12 + t14 - t3 - t6
+    _add_diag_(xp, t15, gS)
+    t16 = t15
+    t17 = xp.matmul(t16, t8)
+    t18 = t0[..., :, None] * t1
+    t19 = t17 + t18
+    t20 = xp.matmul(U, t19)
+    t21 = t0[..., :, None] * t8
+    t22 = xp.matmul(gU, t21)
+    t23 = t20 + t22
+    return t23
 
 
 def svd_jvp_complex(U, S, V, dA, cluster_rtol=None, broadening=None):
@@ -190,37 +182,32 @@ def svd_jvp_complex(U, S, V, dA, cluster_rtol=None, broadening=None):
     ``dV = 1/2 V (F ∘ (U^H dA V)) + 1/2 V (F ∘ (V^H dA^H U)) - 1/2 V (G ∘ (U^H dA V)) + 1/2 V (G ∘ (V^H dA^H U)) - V V^H dA^H U diag(S)^-1 + dA^H U diag(S)^-1``
     """
     xp = _array_module(U, S, V, dA)
-    # Total ops: add 5, diag_sym 2, matmul 7, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 5, scale_cols 4, transpose 3
+    # Total ops: add 5, diag_sym 2, matmul 5, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 2, scale_cols 4, transpose 3
     t0 = xp.conj(xp.swapaxes(U, -1, -2))
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, dA)
     t3 = xp.matmul(t2, V)
     t4 = t3 * t1[..., None, :]
-    t5 = -t4
-    t6 = svd_F_mul(xp, S, t3, part='sym', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t7 = svd_G_mul(xp, S, t3, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t8 = t5 + t6 + t7
-    t9 = xp.matmul(U, t8)
-    t10 = V * t1[..., None, :]
-    t11 = xp.matmul(dA, t10)
-    t12 = t11 + t9
-    t13 = xp.diagonal(t3, axis1=-2, axis2=-1).real.copy()
-    t14 = 1/2 * t13
-    t15 = xp.conj(xp.swapaxes(V, -1, -2))
-    t16 = xp.conj(xp.swapaxes(dA, -1, -2))
-    t17 = xp.matmul(t16, U)
-    t18 = xp.matmul(t15, t17)
-    t19 = xp.diagonal(t18, axis1=-2, axis2=-1).real.copy()
-    t20 = 1/2 * t19
-    t21 = t14 + t20
-    t22 = t18 * t1[..., None, :]
-    t23 = -t22
-    t24 = -t7
-    t25 = t23 + t24 + t6
-    t26 = xp.matmul(V, t25)
-    t27 = t17 * t1[..., None, :]
-    t28 = t26 + t27
-    return t12, t21, t28
+    t5 = svd_F_mul(xp, S, t3, part='sym', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t6 = svd_G_mul(xp, S, t3, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t7 = t5 + t6 - t4
+    t8 = xp.matmul(U, t7)
+    t9 = V * t1[..., None, :]
+    t10 = xp.matmul(dA, t9)
+    t11 = t10 + t8
+    t12 = xp.diagonal(t3, axis1=-2, axis2=-1).real.copy()
+    t13 = 1/2 * t12
+    t14 = xp.conj(xp.swapaxes(t2, -1, -2))
+    t15 = xp.conj(xp.swapaxes(t3, -1, -2))
+    t16 = xp.diagonal(t15, axis1=-2, axis2=-1).real.copy()
+    t17 = 1/2 * t16
+    t18 = t13 + t17
+    t19 = t15 * t1[..., None, :]
+    t20 = t5 - t19 - t6
+    t21 = xp.matmul(V, t20)
+    t22 = t14 * t1[..., None, :]
+    t23 = t21 + t22
+    return t11, t18, t23
 
 
 def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -229,36 +216,33 @@ def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = 1/2 U (F ∘ (U^H gU)) V^H + 1/2 U (F ∘ (V^H gV)) V^H - 1/2 U (F ∘ (gU^H U)) V^H - 1/2 U (F ∘ (gV^H V)) V^H + 1/2 U (G ∘ (U^H gU)) V^H - 1/2 U (G ∘ (V^H gV)) V^H - 1/2 U (G ∘ (gU^H U)) V^H + 1/2 U (G ∘ (gV^H V)) V^H + U diag(S)^-1 gV^H - U diag(S)^-1 gV^H V V^H + U diag(gS) V^H - U U^H gU diag(S)^-1 V^H + gU diag(S)^-1 V^H``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 6, pairwise_mul 2, reciprocal_masked 1, scale 3, scale_cols 1, scale_rows 3, skew 2, transpose 3
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.conj(xp.swapaxes(gV, -1, -2))
     t2 = xp.matmul(t1, V)
     t3 = t0[..., :, None] * t2
-    t4 = -t3
-    t5 = xp.conj(xp.swapaxes(U, -1, -2))
-    t6 = xp.matmul(t5, gU)
-    t7 = t6 * t0[..., None, :]
-    t8 = -t7
-    t9 = 0.5 * (t6 - xp.conj(xp.swapaxes(t6, -1, -2)))
-    t10 = xp.conj(xp.swapaxes(V, -1, -2))
-    t11 = xp.matmul(t10, gV)
-    t12 = 0.5 * (t11 - xp.conj(xp.swapaxes(t11, -1, -2)))
-    t13 = t12 + t9
-    t14 = svd_F_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t15 = -t12
-    t16 = t15 + t9
-    t17 = svd_G_mul(xp, S, t16, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t18 = t14 + t17 + t4 + t8
-    _add_diag_(xp, t18, gS)
-    t19 = t18
-    t20 = xp.matmul(t19, t10)
-    t21 = t0[..., :, None] * t1
-    t22 = t20 + t21
-    t23 = xp.matmul(U, t22)
-    t24 = t0[..., :, None] * t10
-    t25 = xp.matmul(gU, t24)
-    t26 = t23 + t25
-    return t26
+    t4 = xp.conj(xp.swapaxes(U, -1, -2))
+    t5 = xp.matmul(t4, gU)
+    t6 = t5 * t0[..., None, :]
+    t7 = 0.5 * (t5 - xp.conj(xp.swapaxes(t5, -1, -2)))
+    t8 = xp.conj(xp.swapaxes(V, -1, -2))
+    t9 = xp.conj(xp.swapaxes(t2, -1, -2))
+    t10 = 0.5 * (t9 - xp.conj(xp.swapaxes(t9, -1, -2)))
+    t11 = t10 + t7
+    t12 = svd_F_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t7 - t10
+    t14 = svd_G_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t15 = t12 + t14 - t3 - t6
+    _add_diag_(xp, t15, gS)
+    t16 = t15
+    t17 = xp.matmul(t16, t8)
+    t18 = t0[..., :, None] * t1
+    t19 = t17 + t18
+    t20 = xp.matmul(U, t19)
+    t21 = t0[..., :, None] * t8
+    t22 = xp.matmul(gU, t21)
+    t23 = t20 + t22
+    return t23
 
 
 def svd_gauge(U, V, gU, gV):
@@ -322,37 +306,34 @@ def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 6, pairwise_mul 3, reciprocal_masked 1, scale 3, scale_cols 1, scale_rows 3, skew 2, transpose 3
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.swapaxes(gV, -1, -2)
     t2 = xp.matmul(t1, V)
     t3 = t0[..., :, None] * t2
-    t4 = -t3
-    t5 = xp.swapaxes(U, -1, -2)
-    t6 = xp.matmul(t5, gU)
-    t7 = t6 * t0[..., None, :]
-    t8 = -t7
-    t9 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
-    t10 = xp.swapaxes(V, -1, -2)
-    t11 = xp.matmul(t10, gV)
-    t12 = 0.5 * (t11 - xp.swapaxes(t11, -1, -2))
-    t13 = t12 + t9
-    t14 = svd_F_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
-    t15 = -t12
-    t16 = t15 + t9
-    t17 = svd_G_mul(xp, S, t16, part='none', rtol=cluster_rtol, broadening=broadening)
-    t18 = t14 + t17 + t4 + t8
-    _add_diag_(xp, t18, gS)
-    t19 = t18
-    t20 = xp.matmul(t19, t10)
-    t21 = t0[..., :, None] * t1
-    t22 = t20 + t21
-    t23 = xp.matmul(U, t22)
-    t24 = t0[..., :, None] * t10
-    t25 = xp.matmul(gU, t24)
-    t26 = t23 + t25
-    t27 = svd_K_mul(xp, S, t13, part='none', rtol=cluster_rtol)
-    return t26, t27
+    t4 = xp.swapaxes(U, -1, -2)
+    t5 = xp.matmul(t4, gU)
+    t6 = t5 * t0[..., None, :]
+    t7 = 0.5 * (t5 - xp.swapaxes(t5, -1, -2))
+    t8 = xp.swapaxes(V, -1, -2)
+    t9 = xp.swapaxes(t2, -1, -2)
+    t10 = 0.5 * (t9 - xp.swapaxes(t9, -1, -2))
+    t11 = t10 + t7
+    t12 = svd_F_mul(xp, S, t11, part='none', rtol=cluster_rtol, broadening=broadening)
+    t13 = t7 - t10
+    t14 = svd_G_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
+    t15 = t12 + t14 - t3 - t6
+    _add_diag_(xp, t15, gS)
+    t16 = t15
+    t17 = xp.matmul(t16, t8)
+    t18 = t0[..., :, None] * t1
+    t19 = t17 + t18
+    t20 = xp.matmul(U, t19)
+    t21 = t0[..., :, None] * t8
+    t22 = xp.matmul(gU, t21)
+    t23 = t20 + t22
+    t24 = svd_K_mul(xp, S, t11, part='none', rtol=cluster_rtol)
+    return t23, t24
 
 
 def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -365,37 +346,34 @@ def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=N
     ``residual_clusters = K ∘ skew(U^H gU) + K ∘ skew(V^H gV)``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 6, pairwise_mul 3, reciprocal_masked 1, scale 3, scale_cols 1, scale_rows 3, skew 2, transpose 3
+    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.conj(xp.swapaxes(gV, -1, -2))
     t2 = xp.matmul(t1, V)
     t3 = t0[..., :, None] * t2
-    t4 = -t3
-    t5 = xp.conj(xp.swapaxes(U, -1, -2))
-    t6 = xp.matmul(t5, gU)
-    t7 = t6 * t0[..., None, :]
-    t8 = -t7
-    t9 = 0.5 * (t6 - xp.conj(xp.swapaxes(t6, -1, -2)))
-    t10 = xp.conj(xp.swapaxes(V, -1, -2))
-    t11 = xp.matmul(t10, gV)
-    t12 = 0.5 * (t11 - xp.conj(xp.swapaxes(t11, -1, -2)))
-    t13 = t12 + t9
-    t14 = svd_F_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t15 = -t12
-    t16 = t15 + t9
-    t17 = svd_G_mul(xp, S, t16, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t18 = t14 + t17 + t4 + t8
-    _add_diag_(xp, t18, gS)
-    t19 = t18
-    t20 = xp.matmul(t19, t10)
-    t21 = t0[..., :, None] * t1
-    t22 = t20 + t21
-    t23 = xp.matmul(U, t22)
-    t24 = t0[..., :, None] * t10
-    t25 = xp.matmul(gU, t24)
-    t26 = t23 + t25
-    t27 = 1j * xp.diagonal(t6, axis1=-2, axis2=-1).imag
-    t28 = 1j * xp.diagonal(t11, axis1=-2, axis2=-1).imag
-    t29 = t27 + t28
-    t30 = svd_K_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol)
-    return t26, t29, t30
+    t4 = xp.conj(xp.swapaxes(U, -1, -2))
+    t5 = xp.matmul(t4, gU)
+    t6 = t5 * t0[..., None, :]
+    t7 = 0.5 * (t5 - xp.conj(xp.swapaxes(t5, -1, -2)))
+    t8 = xp.conj(xp.swapaxes(V, -1, -2))
+    t9 = xp.conj(xp.swapaxes(t2, -1, -2))
+    t10 = 0.5 * (t9 - xp.conj(xp.swapaxes(t9, -1, -2)))
+    t11 = t10 + t7
+    t12 = svd_F_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t7 - t10
+    t14 = svd_G_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t15 = t12 + t14 - t3 - t6
+    _add_diag_(xp, t15, gS)
+    t16 = t15
+    t17 = xp.matmul(t16, t8)
+    t18 = t0[..., :, None] * t1
+    t19 = t17 + t18
+    t20 = xp.matmul(U, t19)
+    t21 = t0[..., :, None] * t8
+    t22 = xp.matmul(gU, t21)
+    t23 = t20 + t22
+    t24 = 1j * xp.diagonal(t5, axis1=-2, axis2=-1).imag
+    t25 = 1j * xp.diagonal(t9, axis1=-2, axis2=-1).imag
+    t26 = t24 + t25
+    t27 = svd_K_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol)
+    return t23, t26, t27

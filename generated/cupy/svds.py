@@ -104,47 +104,41 @@ def svds_jvp(A, U, S, V, dA, cluster_rtol=None, broadening=None):
     ``dV = 1/2 V (F ∘ (U^T dA V)) + 1/2 V (F ∘ (V^T dA^T U)) - 1/2 V (G ∘ (U^T dA V)) + 1/2 V (G ∘ (V^T dA^T U)) - S[A^T A - d_i; V](A^T dA V) - S[A^T A - d_i; V](dA^T U diag(S))``
     """
     xp = _array_module(A, U, S, V, dA)
-    # Total ops: add 8, diag_mul 1, diagonal 2, matmul 12, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 6, scale_cols 2, shifted_solve 1, transpose 4
+    # Total ops: add 8, diag_mul 1, diagonal 2, matmul 10, pairwise_mul_skew 1, pairwise_mul_sym 1, reciprocal_masked 1, scale 2, scale_cols 2, shifted_solve 1, transpose 4
     t0 = xp.swapaxes(A, -1, -2)
     t1 = xp.matmul(t0, A)
     t2 = S * S
     t3 = xp.matmul(dA, V)
     t4 = xp.matmul(t0, t3)
-    t5 = -t4
-    t6 = xp.swapaxes(dA, -1, -2)
-    t7 = xp.matmul(t6, U)
-    t8 = t7 * S[..., None, :]
-    t9 = -t8
-    t10 = t5 + t9
-    t11 = _shifted_solve(xp, t1, None, V, t2, t10)
-    t12 = xp.matmul(A, t11)
-    t13 = xp.swapaxes(U, -1, -2)
-    t14 = xp.matmul(t13, dA)
-    t15 = xp.matmul(U, t14)
-    t16 = -t15
-    t17 = dA + t16
-    t18 = xp.matmul(t17, V)
-    t19 = t12 + t18
-    t20 = _reciprocal(xp, S, cluster_rtol)
-    t21 = t19 * t20[..., None, :]
-    t22 = xp.matmul(t14, V)
-    t23 = svds_F_mul(xp, S, t22, part='sym', rtol=cluster_rtol, broadening=broadening)
-    t24 = svds_G_mul(xp, S, t22, part='skew', rtol=cluster_rtol, broadening=broadening)
-    t25 = t23 + t24
-    t26 = xp.matmul(U, t25)
-    t27 = t21 + t26
-    t28 = xp.diagonal(t22, axis1=-2, axis2=-1).copy()
-    t29 = 1/2 * t28
-    t30 = xp.swapaxes(V, -1, -2)
-    t31 = xp.matmul(t30, t7)
-    t32 = xp.diagonal(t31, axis1=-2, axis2=-1).copy()
-    t33 = 1/2 * t32
-    t34 = t29 + t33
-    t35 = -t24
-    t36 = t23 + t35
-    t37 = xp.matmul(V, t36)
-    t38 = t11 + t37
-    return t27, t34, t38
+    t5 = xp.swapaxes(dA, -1, -2)
+    t6 = xp.matmul(t5, U)
+    t7 = t6 * S[..., None, :]
+    t8 = -t4 - t7
+    t9 = _shifted_solve(xp, t1, None, V, t2, t8)
+    t10 = xp.matmul(A, t9)
+    t11 = xp.swapaxes(t6, -1, -2)
+    t12 = xp.matmul(U, t11)
+    t13 = dA - t12
+    t14 = xp.matmul(t13, V)
+    t15 = t10 + t14
+    t16 = _reciprocal(xp, S, cluster_rtol)
+    t17 = t15 * t16[..., None, :]
+    t18 = xp.matmul(t11, V)
+    t19 = svds_F_mul(xp, S, t18, part='sym', rtol=cluster_rtol, broadening=broadening)
+    t20 = svds_G_mul(xp, S, t18, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t21 = t19 + t20
+    t22 = xp.matmul(U, t21)
+    t23 = t17 + t22
+    t24 = xp.diagonal(t18, axis1=-2, axis2=-1).copy()
+    t25 = 1/2 * t24
+    t26 = xp.swapaxes(t18, -1, -2)
+    t27 = xp.diagonal(t26, axis1=-2, axis2=-1).copy()
+    t28 = 1/2 * t27
+    t29 = t25 + t28
+    t30 = t19 - t20
+    t31 = xp.matmul(V, t30)
+    t32 = t9 + t31
+    return t23, t29, t32
 
 
 def svds_vjp(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -153,44 +147,40 @@ def svds_vjp(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = -A S[A^T A - d_i; V](A^T gU diag(S)^-1) V^T - A S[A^T A - d_i; V](gV) V^T + 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T - U diag(S) (S[A^T A - d_i; V](A^T gU diag(S)^-1))^T - U diag(S) (S[A^T A - d_i; V](gV))^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     xp = _array_module(A, U, S, V, gU, gS, gV)
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 2, reciprocal_masked 1, scale 4, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 2, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
     t0 = xp.swapaxes(U, -1, -2)
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, gU)
     t3 = t2 * t1[..., None, :]
-    t4 = -t3
-    t5 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
-    t6 = xp.swapaxes(V, -1, -2)
-    t7 = xp.matmul(t6, gV)
-    t8 = 0.5 * (t7 - xp.swapaxes(t7, -1, -2))
-    t9 = t5 + t8
-    t10 = svds_F_mul(xp, S, t9, part='none', rtol=cluster_rtol, broadening=broadening)
-    t11 = -t8
-    t12 = t11 + t5
-    t13 = svds_G_mul(xp, S, t12, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t10 + t13 + t4
-    _add_diag_(xp, t14, gS)
-    t15 = t14
-    t16 = xp.matmul(U, t15)
-    t17 = xp.swapaxes(A, -1, -2)
-    t18 = xp.matmul(t17, A)
-    t19 = S * S
-    t20 = xp.matmul(t17, gU)
-    t21 = t20 * t1[..., None, :]
-    t22 = -t21
-    t23 = -gV
+    t4 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
+    t5 = xp.swapaxes(V, -1, -2)
+    t6 = xp.matmul(t5, gV)
+    t7 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
+    t8 = t4 + t7
+    t9 = svds_F_mul(xp, S, t8, part='none', rtol=cluster_rtol, broadening=broadening)
+    t10 = t4 - t7
+    t11 = svds_G_mul(xp, S, t10, part='none', rtol=cluster_rtol, broadening=broadening)
+    t12 = t9 + t11 - t3
+    _add_diag_(xp, t12, gS)
+    t13 = t12
+    t14 = xp.matmul(U, t13)
+    t15 = xp.swapaxes(A, -1, -2)
+    t16 = xp.matmul(t15, A)
+    t17 = S * S
+    t18 = xp.matmul(t15, gU)
+    t19 = t18 * t1[..., None, :]
+    t20 = -t19 - gV
+    t21 = _shifted_solve(xp, t16, None, V, t17, t20)
+    t22 = xp.matmul(A, t21)
+    t23 = gU * t1[..., None, :]
     t24 = t22 + t23
-    t25 = _shifted_solve(xp, t18, None, V, t19, t24)
-    t26 = xp.matmul(A, t25)
-    t27 = gU * t1[..., None, :]
-    t28 = t26 + t27
-    t29 = t16 + t28
-    t30 = xp.matmul(t29, t6)
-    t31 = xp.swapaxes(t25, -1, -2)
-    t32 = S[..., :, None] * t31
-    t33 = xp.matmul(U, t32)
-    t34 = t30 + t33
-    return t34
+    t25 = t14 + t24
+    t26 = xp.matmul(t25, t5)
+    t27 = xp.swapaxes(t21, -1, -2)
+    t28 = S[..., :, None] * t27
+    t29 = xp.matmul(U, t28)
+    t30 = t26 + t29
+    return t30
 
 
 def svds_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
@@ -219,42 +209,38 @@ def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None)
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(A, U, S, V, gU, gS, gV)
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 3, reciprocal_masked 1, scale 4, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 3, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
     t0 = xp.swapaxes(U, -1, -2)
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, gU)
     t3 = t2 * t1[..., None, :]
-    t4 = -t3
-    t5 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
-    t6 = xp.swapaxes(V, -1, -2)
-    t7 = xp.matmul(t6, gV)
-    t8 = 0.5 * (t7 - xp.swapaxes(t7, -1, -2))
-    t9 = t5 + t8
-    t10 = svds_F_mul(xp, S, t9, part='none', rtol=cluster_rtol, broadening=broadening)
-    t11 = -t8
-    t12 = t11 + t5
-    t13 = svds_G_mul(xp, S, t12, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t10 + t13 + t4
-    _add_diag_(xp, t14, gS)
-    t15 = t14
-    t16 = xp.matmul(U, t15)
-    t17 = xp.swapaxes(A, -1, -2)
-    t18 = xp.matmul(t17, A)
-    t19 = S * S
-    t20 = xp.matmul(t17, gU)
-    t21 = t20 * t1[..., None, :]
-    t22 = -t21
-    t23 = -gV
+    t4 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
+    t5 = xp.swapaxes(V, -1, -2)
+    t6 = xp.matmul(t5, gV)
+    t7 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
+    t8 = t4 + t7
+    t9 = svds_F_mul(xp, S, t8, part='none', rtol=cluster_rtol, broadening=broadening)
+    t10 = t4 - t7
+    t11 = svds_G_mul(xp, S, t10, part='none', rtol=cluster_rtol, broadening=broadening)
+    t12 = t9 + t11 - t3
+    _add_diag_(xp, t12, gS)
+    t13 = t12
+    t14 = xp.matmul(U, t13)
+    t15 = xp.swapaxes(A, -1, -2)
+    t16 = xp.matmul(t15, A)
+    t17 = S * S
+    t18 = xp.matmul(t15, gU)
+    t19 = t18 * t1[..., None, :]
+    t20 = -t19 - gV
+    t21 = _shifted_solve(xp, t16, None, V, t17, t20)
+    t22 = xp.matmul(A, t21)
+    t23 = gU * t1[..., None, :]
     t24 = t22 + t23
-    t25 = _shifted_solve(xp, t18, None, V, t19, t24)
-    t26 = xp.matmul(A, t25)
-    t27 = gU * t1[..., None, :]
-    t28 = t26 + t27
-    t29 = t16 + t28
-    t30 = xp.matmul(t29, t6)
-    t31 = xp.swapaxes(t25, -1, -2)
-    t32 = S[..., :, None] * t31
-    t33 = xp.matmul(U, t32)
-    t34 = t30 + t33
-    t35 = svds_K_mul(xp, S, t9, part='none', rtol=cluster_rtol)
-    return t34, t35
+    t25 = t14 + t24
+    t26 = xp.matmul(t25, t5)
+    t27 = xp.swapaxes(t21, -1, -2)
+    t28 = S[..., :, None] * t27
+    t29 = xp.matmul(U, t28)
+    t30 = t26 + t29
+    t31 = svds_K_mul(xp, S, t8, part='none', rtol=cluster_rtol)
+    return t30, t31

@@ -17,14 +17,15 @@ from .generated.torch import eigh_generalized as _eigh_generalized
 from .generated.torch import funm as _funm
 from .generated.torch import inv as _inv
 from .generated.torch import qr as _qr
+from .generated.torch import slogdet as _slogdet
 from .generated.torch import solve as _solve
 from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "solve", "sqrtm", "svd",
-           "svds"]
+__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "slogdet", "solve", "sqrtm",
+           "svd", "svds"]
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
@@ -55,6 +56,25 @@ def inv(A: torch.Tensor) -> torch.Tensor:
             singular matrix.
     """
     return _inv.inv(A)
+
+
+def slogdet(A: torch.Tensor):
+    """Sign and logarithm of the absolute value of the determinant, as :func:`torch.linalg.slogdet`:
+    a named tuple ``(sign, logabsdet)`` of shape ``(...)`` for ``A`` of shape ``(..., n, n)``.
+
+    The rule is derived in ``derivations/slogdet.py`` from ``logabsdet = log|det A|`` by Jacobi's
+    formula: ``d logabsdet = tr(A^-1 dA)``, ``gA = g A^-T``.  The backward reuses the LU factors of
+    the forward (one triangular solve pair, no new factorization); ``sign`` is piecewise constant and
+    not differentiable.  Reverse and forward mode, ``torch.func`` transforms, higher derivatives;
+    float32/float64, CPU/CUDA.  A singular ``A`` gives ``sign = 0``, ``logabsdet = -inf``, as
+    torch does (its gradient is then infinite).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf, complex input (the derivation is real;
+            ``torch.linalg.slogdet`` covers complex matrices).
+    """
+    sign, logabsdet = _slogdet.slogdet(A)
+    return torch.return_types.linalg_slogdet((sign, logabsdet))
 
 
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tensor:

@@ -3,10 +3,11 @@ from sympy.matrices.expressions import HadamardProduct, Identity, Inverse, Matri
 
 from .algebra import DerivationError
 from .derivation import Derivation, Equation
-from .nodes import DiagPart, LowerHalf, PairwiseMatrix, Skew, StrictlyLower, Sym
+from .nodes import DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, Skew, StrictlyLower, Sym, Trace
 
 __all__ = [
     "Derivation", "DerivationError", "DiagPart", "Equation", "HadamardProduct", "Identity",
-    "Inverse", "LowerHalf", "MatrixSymbol", "PairwiseMatrix", "Skew", "StrictlyLower", "Sym", "Transpose",
+    "Inverse", "LogAbsDet", "LowerHalf", "MatrixSymbol", "PairwiseMatrix", "ScalarIdentity", "Skew", "StrictlyLower",
+    "Sym", "Trace", "Transpose",
     "ZeroMatrix",
 ]

@@ -25,7 +25,8 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DiagFunction, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Structure, Sym
+from .nodes import (DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew,
+                    StrictlyLower, Structure, Sym, Trace)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
@@ -63,7 +64,9 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Transpose(atom),))]
     if isinstance(atom, Transpose):
         return [(sp.Integer(1), (atom.arg,))]
-    if isinstance(atom, (Identity, DiagFunction)):
+    if isinstance(atom, (Identity, DiagFunction, LogAbsDet, ScalarIdentity)):
+        return [(sp.Integer(1), (atom,))]
+    if isinstance(atom, Trace):  # tr(X)^T = tr(X) = tr(X^T)
         return [(sp.Integer(1), (atom,))]
     if isinstance(atom, Inverse):
         inner = normalize(Transpose(atom.arg), structure)
@@ -90,7 +93,7 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
 
 def is_diagonal_factor(f, structure: Structure) -> bool:
     """A factor known to be a diagonal matrix (diagonal matrices commute)."""
-    if isinstance(f, (Identity, DiagPart, DiagFunction)):
+    if isinstance(f, (Identity, DiagPart, DiagFunction, ScalarIdentity)):
         return True
     if isinstance(f, Inverse):
         f = f.arg
@@ -100,7 +103,7 @@ def is_diagonal_factor(f, structure: Structure) -> bool:
 def hermiticity(f, structure: Structure) -> int | None:
     """For a diagonal factor: ``+1`` if it is real (Hermitian), ``-1`` if imaginary
     (anti-Hermitian), ``None`` if unknown.  Every diagonal factor is real in a real derivation."""
-    if isinstance(f, (Identity, DiagFunction)):
+    if isinstance(f, (Identity, DiagFunction, ScalarIdentity)):
         return 1
     if isinstance(f, Inverse):
         f = f.arg
@@ -509,6 +512,13 @@ def expand(expr, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (expr,))]
     if isinstance(expr, DiagFunction):
         return [(sp.Integer(1), (DiagFunction(normalize(expr.arg, structure), expr.function),))]
+    if isinstance(expr, Trace):  # linear: distributes over sums, pulls out coefficients
+        return collect((c, (Trace(_monomial(sp.Integer(1), fs)),)) for c, fs in expand(expr.arg, structure))
+    if isinstance(expr, ScalarIdentity):  # (c g) I = c (g I)
+        n = expr.shape[0]
+        return collect((c, (ScalarIdentity(_monomial(sp.Integer(1), fs), n),)) for c, fs in expand(expr.arg, structure))
+    if isinstance(expr, LogAbsDet):
+        return [(sp.Integer(1), (LogAbsDet(normalize(expr.arg, structure)),))]
     raise DerivationError(f"cannot normalise {type(expr).__name__}: {expr}")
 
 
@@ -576,6 +586,15 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
         return MatMul(-1, inv, dm, inv)
     if isinstance(expr, LINEAR_NODES):
         return type(expr)(differential(expr.arg, tangent))
+    if isinstance(expr, Trace):
+        dm = differential(expr.arg, tangent)
+        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Trace(dm)
+    if isinstance(expr, ScalarIdentity):
+        dg = differential(expr.arg, tangent)
+        return ZeroMatrix(*shape) if isinstance(dg, ZeroMatrix) else ScalarIdentity(dg, shape[0])
+    if isinstance(expr, LogAbsDet):  # Jacobi's formula: d log|det A| = tr(A^-1 dA)
+        dm = differential(expr.arg, tangent)
+        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Trace(MatMul(Inverse(expr.arg), dm))
     if isinstance(expr, HadamardProduct):
         terms = []
         for i, a in enumerate(expr.args):
@@ -665,7 +684,8 @@ def transpose_linear(expr, tangents: set[str], cotangent, structure: Structure) 
     * ``<G, c L dX R>      = <c L^T G R^T, dX>``
     * ``<G, dX^T>          = <G^T, dX>``
     * ``<G, F ∘ Y>         = <F ∘ G, Y>``
-    * ``<G, diag(Y)>       = <diag(G), Y>``; ``sym``/``skew`` likewise (self-adjoint projections).
+    * ``<G, diag(Y)>       = <diag(G), Y>``; ``sym``/``skew`` likewise (self-adjoint projections);
+    * ``<g, tr(Y)>         = <g I, Y>`` and ``<G, h I> = <tr(G), h>`` (``g``, ``h`` of size 1×1).
     """
     contributions: dict[str, list] = {}
     for c, fs in expand(expr, structure):
@@ -695,6 +715,15 @@ def _transpose_atom_linear(atom, tangents, g, structure, contributions):
         return
     if isinstance(atom, ShiftedSolve):  # self-adjoint: <G, S(X)> = <S(G), X>
         for name, parts in transpose_linear(atom.arg, tangents, atom.with_arg(g), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
+    if isinstance(atom, Trace):  # <g, tr(Y)> = <g I, Y>
+        n = atom.arg.shape[0]
+        for name, parts in transpose_linear(atom.arg, tangents, ScalarIdentity(g, n), structure).items():
+            contributions.setdefault(name, []).extend(parts)
+        return
+    if isinstance(atom, ScalarIdentity):  # <G, h I> = <tr(G), h>
+        for name, parts in transpose_linear(atom.arg, tangents, Trace(g), structure).items():
             contributions.setdefault(name, []).extend(parts)
         return
     if isinstance(atom, LINEAR_NODES):

@@ -158,6 +158,8 @@ def forward_outputs(d: "Derivation", out, xp) -> dict:
             value = xp.conj(xp.swapaxes(value, -1, -2)) if hasattr(xp, "swapaxes") else value.mH
         if sym.name in d.structure.diagonal:
             value = xp.diag(value) if value.ndim == 1 else value
+        if sym.shape == (1, 1):  # a scalar output
+            value = xp.reshape(xp.asarray(value), (1, 1)) if hasattr(xp, "reshape") else value.reshape(1, 1)
         result[sym.name] = value
     return result
 
@@ -285,6 +287,8 @@ class Derivation:
         self.functions: dict[str, sp.FunctionClass] = {}
         #: outputs the forward returns for the rules only (see :meth:`output`)
         self.auxiliary_outputs: set[str] = set()
+        #: piecewise-constant outputs (see :meth:`output`): no tangent, no rule
+        self.constant_outputs: set[str] = set()
         #: instantiations of the scalar functions: operation name -> {function name: Lambda}, options
         self.instantiations: dict[str, tuple[dict, tuple]] = {}
         self.real_jvp: Rule | None = None
@@ -349,7 +353,7 @@ class Derivation:
         return s
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
-               unit_diagonal=False, api=None, public=None, form=None, auxiliary=False):
+               unit_diagonal=False, api=None, public=None, form=None, auxiliary=False, constant=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -361,7 +365,13 @@ class Derivation:
         ``lower``/``upper``: a triangular output (its tangent is triangular too);
         ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular.
         ``auxiliary``: an intermediate the forward returns for the rules (the eigendecomposition of
-        ``X = f(A)``), not returned by the public function and without a rule of its own."""
+        ``X = f(A)``), not returned by the public function and without a rule of its own.
+        ``constant``: piecewise constant (the sign of ``det A``, a permutation): its derivative is
+        zero wherever it is defined, so it has no tangent and no rule; the public function returns
+        it, not differentiable.
+
+        A ``1×1`` output is a scalar: the forward and the public function return it as a tensor of
+        the batch shape ``(...)`` (as ``torch.linalg.slogdet`` returns ``logabsdet``)."""
         self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.outputs.append(s)
@@ -373,11 +383,14 @@ class Derivation:
         self.api_names[name] = api or name
         if auxiliary:
             self.auxiliary_outputs.add(name)
+        if constant:
+            self.constant_outputs.add(name)
         if form is not None or public is not None:
             if form not in ("adjoint",):
                 self._fail(f"output {name}", f"form must be 'adjoint', got {form!r}")
             self.public_forms[name] = (public or (api or name), form)
-        self._tangent(s)
+        if not constant:
+            self._tangent(s)
         return s
 
     def _triangular(self, name, lower, upper, unit_diagonal=False):
@@ -464,10 +477,11 @@ class Derivation:
 
     @property
     def rule_outputs(self) -> list:
-        """The outputs that have JVP/VJP rules (all of them unless ``set_jvp(partial=True)``)."""
+        """The outputs that have JVP/VJP rules (all but the constant ones, unless
+        ``set_jvp(partial=True)``)."""
         if self.jvp is None:
-            return list(self.outputs)
-        return [o for o in self.outputs if self.tangents[o.name].name in self.jvp.raw]
+            return [o for o in self.outputs if o.name not in self.constant_outputs]
+        return [o for o in self.outputs if o.name in self.tangents and self.tangents[o.name].name in self.jvp.raw]
 
     def api_outputs(self, *names: str):
         """Order of the outputs in the generated API (``("w", "V")`` as ``torch.linalg.eigh``)."""
@@ -1476,6 +1490,8 @@ class Derivation:
                                                                     if n in {s.name for s in self.inputs}}
         allowed |= set(self.pairwise)
         for out in self.outputs:
+            if out.name in self.constant_outputs:
+                continue
             t = self.tangents[out.name]
             if t.name not in solutions:
                 if partial:

@@ -20,7 +20,8 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
+from .nodes import (DI, DJ, DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve,
+                    Skew, StrictlyLower, Sym, Trace)
 
 
 class NotExplicit(Exception):
@@ -63,6 +64,18 @@ class _Numpy:
     @staticmethod
     def diag_function(fn, d):
         return np.diag(np.asarray(sp.lambdify(fn.variables, fn.expr, "numpy")(d), dtype=float) * np.ones(d.size))
+
+    @staticmethod
+    def trace(a):
+        return np.trace(a).reshape(1, 1)
+
+    @staticmethod
+    def logabsdet(a):
+        return np.array([[np.linalg.slogdet(a)[1]]])
+
+    @staticmethod
+    def scalar(g, n):
+        return g[0, 0] * np.eye(n)
 
     @staticmethod
     def lower_half(a):
@@ -156,6 +169,19 @@ class _Sympy:
     @staticmethod
     def diag_function(fn, d):
         return sp.diag(*[_real_derivatives(fn(x).doit()) for x in d])
+
+    @staticmethod
+    def trace(a):
+        return sp.Matrix([[a.trace()]])
+
+    @staticmethod
+    def logabsdet(a):
+        # log(det A): the same derivative as log|det A| wherever det A != 0, and no Abs to simplify
+        return sp.Matrix([[sp.log(a.det())]])
+
+    @staticmethod
+    def scalar(g, n):
+        return g[0, 0] * sp.eye(n)
 
     @staticmethod
     def lower_half(a):
@@ -291,6 +317,12 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
             return arith.shifted_solve(ev(e.arg), ev(A), ev(B), ev(U), arith.diagonal(ev(D)))
         if isinstance(e, DiagFunction):
             return arith.diag_function(_concrete(e.function, env), arith.diagonal(ev(e.arg)))
+        if isinstance(e, Trace):
+            return arith.trace(ev(e.arg))
+        if isinstance(e, LogAbsDet):
+            return arith.logabsdet(ev(e.arg))
+        if isinstance(e, ScalarIdentity):
+            return arith.scalar(ev(e.arg), size(e.shape[0]))
         if isinstance(e, LowerHalf):
             return arith.lower_half(ev(e.arg))
         if isinstance(e, StrictlyLower):

@@ -8,6 +8,8 @@ SymPy 1.14 has ``MatrixSymbol``, ``MatMul``, ``MatAdd``, ``Transpose``, ``Invers
 * ``PairwiseMatrix`` -- a matrix whose entries are a scalar function of two entries of a diagonal
   matrix, ``F_ij = f(d_i, d_j)`` (eigengaps, reciprocal gaps, divided differences).  Its scalar
   formula is a SymPy expression produced by a derivation step, never typed in;
+* ``Trace``, ``ScalarIdentity``, ``LogAbsDet`` -- scalar outputs (``1×1`` symbols): the trace as a
+  ``1×1`` matrix, its adjoint ``g I`` (a ``1×1`` value times the identity), and ``log|det A|``;
 * ``Structure`` -- what a derivation declares about a symbol (symmetric, diagonal, skew,
   orthonormal columns); rewrite rules consult it.
 """
@@ -21,7 +23,10 @@ from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
 
 __all__ = [
     "DiagFunction",
+    "LogAbsDet",
     "SameCluster",
+    "ScalarIdentity",
+    "Trace",
     "ShiftedSolve",
     "DiagPart",
     "LowerHalf",
@@ -191,6 +196,68 @@ class ShiftedSolve(MatrixExpr):
         A, B, U, D = self.operator
         shift = "d_i" if isinstance(B, sp.Identity) else f"d_i {printer._print(B)}"
         return f"S[{printer._print(A)} - {shift}; {printer._print(U)}]({printer._print(self.arg)})"
+
+
+class _ScalarNode(MatrixExpr):
+    """A ``1×1`` matrix: a scalar output of a derivation (``log|det A|``, a trace)."""
+
+    def __new__(cls, arg):
+        return Basic.__new__(cls, sp.sympify(arg))
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return (sp.Integer(1), sp.Integer(1))
+
+    def _eval_transpose(self):
+        return self  # real: a 1×1 matrix is its own transpose (complex scalar outputs are not supported)
+
+    def _sympystr(self, printer):
+        return f"{self._label}({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{{self._label}}}\left({printer._print(self.arg)}\right)"
+
+
+class Trace(_ScalarNode):
+    """``tr(X)`` of a square matrix, as a ``1×1`` matrix.  Linear; its adjoint maps a ``1×1``
+    cotangent ``g`` to ``g I`` (:class:`ScalarIdentity`): ``<g, tr(X)> = <g I, X>``."""
+
+    _label = "tr"
+
+
+class LogAbsDet(_ScalarNode):
+    """``log|det A|`` of a square matrix, as a ``1×1`` matrix.  Its differential is Jacobi's
+    formula, ``d log|det A| = tr(A^-1 dA)`` (real ``A``), the engine's differentiation rule for
+    this node; every use is checked against finite differences like any other step."""
+
+    _label = "log|det|"
+
+
+class ScalarIdentity(MatrixExpr):
+    """``g I``: a ``1×1`` matrix ``g`` times the ``n×n`` identity.  Arguments ``(g, n)``.  Diagonal,
+    symmetric, commutes with every factor; generated code multiplies by the scalar (no identity
+    matrix is formed).  The adjoint of :class:`Trace`: ``<G, g I> = <tr(G), g>``."""
+
+    def __new__(cls, g, n):
+        return Basic.__new__(cls, sp.sympify(g), sp.sympify(n))
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return (self.args[1], self.args[1])
+
+    def _eval_transpose(self):
+        return self
+
+    def _sympystr(self, printer):
+        return f"{printer._print(self.arg)} I"
 
 
 class SameCluster(sp.Function):

@@ -41,6 +41,11 @@ OPS = {
     "solve_right_lu": "a A^-1 (a A^-H with adjoint) through the saved LU factors (or A itself)",
     "inverse": "a^-1 on its own (structure: lower/upper triangular or general)",
     "hadamard": "a ∘ b, a a pairwise matrix the rule takes as a parameter",
+    "trace": "tr(a) of a matrix, as a scalar (a tensor of the batch shape)",
+    "sum": "the sum of a vector (the trace of a diagonal), as a scalar",
+    "scale_by": "a b for a scalar a (one per batch element) and a matrix b",
+    "scale_by_vector": "a b for a scalar a (one per batch element) and a vector b",
+    "inverse_lu": "A^-1 (A^-H with adjoint) through the LU factors the forward saved (or A itself)",
 }
 
 
@@ -228,8 +233,10 @@ class OutputIR:
 
     name: str  # name in the rule functions (``V``, ``w``)
     public: str  # name in the public API (``Vh``)
-    form: str  # "matrix", "vector" (a diagonal stored as its diagonal), "adjoint" (returned as ``X^H``)
+    form: str  # "matrix", "vector" (a diagonal stored as its diagonal), "adjoint" (returned as ``X^H``),
+    # "scalar" (a 1×1 output returned as a tensor of the batch shape)
     shape: tuple[str, ...]  # dimension symbols of the public value
+    constant: bool = False  # piecewise constant: no rule, returned as not differentiable
 
 
 @dataclass(frozen=True)
@@ -288,7 +295,8 @@ class PublicIR:
     @property
     def tangent_returns(self) -> tuple[str, ...]:
         """The output tangents in the forms of the outputs (``dV.mH`` for ``Vh``)."""
-        return tuple(f"d{o.name}.mH.resolve_conj()" if o.form == "adjoint" else f"d{o.name}" for o in self.outputs)
+        return tuple("None" if o.constant else (f"d{o.name}.mH.resolve_conj()" if o.form == "adjoint" else f"d{o.name}")
+                     for o in self.outputs)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from sympy.matrices.expressions import (
 from sympy.printing.str import StrPrinter
 
 from ..calculus.derivation import Derivation
-from ..calculus.nodes import DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ShiftedSolve, Skew, StrictlyLower, Sym
+from ..calculus.nodes import (DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew, StrictlyLower,
+                              Sym, Trace)
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
                  ResidualIR, RuleIR, Value)
 
@@ -113,7 +114,16 @@ class _Builder:
         if isinstance(e, MatMul):
             c, mats = e.as_coeff_matrices()
             mats = [m for m in mats if not isinstance(m, Identity)]
+            scalars = [m for m in mats if isinstance(m, ScalarIdentity)]  # g I: a multiplication by g
+            mats = [m for m in mats if not isinstance(m, ScalarIdentity)]
+            if not mats:
+                raise LoweringError(f"a multiple of the identity alone has no shape to take: {e}")
             out = self.chain(mats)
+            for m in scalars:
+                g = self.lower(m.arg)
+                if self.kind(g) != "scalar":
+                    raise LoweringError(f"the factor {m.arg} of {m} is not a scalar")
+                out = self.emit("scale_by" if self.kind(out) == "matrix" else "scale_by_vector", [g, out], self.kind(out))
             if c != 1:
                 out = self.emit("scale", [out], self.kind(out), [("coeff", sp.sstr(c))])
             return out
@@ -146,7 +156,19 @@ class _Builder:
             if isinstance(x, Sym):
                 return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", attrs)
             return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", attrs)
+        if isinstance(e, Trace):
+            inner = self.lower(e.arg)
+            return self.emit("trace" if self.kind(inner) == "matrix" else "sum", [inner], "scalar")
+        if isinstance(e, ScalarIdentity):
+            raise LoweringError(f"a multiple of the identity alone has no shape to take: {e}")
         if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
+            base = e.args[0]
+            sym = base.arg if isinstance(base, Transpose) else base
+            if isinstance(sym, MatrixSymbol) and sym.name in self.factorized:  # the inverse from the saved LU
+                a = self.lower(sym)
+                self.factors_used.add(a)
+                return self.emit("inverse_lu", [a, *self.factorized[sym.name]], "matrix",
+                                 [("adjoint", str(isinstance(base, Transpose)))])
             inner = self.lower(e.args[0])
             if self.kind(inner) == "diag":
                 if self.is_output_vector(inner):  # singular values may vanish: 1/s is taken as 0 there
@@ -198,15 +220,34 @@ class _Builder:
         return self.emit("add_eye", [out], self.kind(out), [("coeff", sp.sstr(eye))])
 
     def add(self, names):
+        scalars = sorted(n for n in names if self.kind(n) == "scalar")
+        if scalars:
+            if len(scalars) != len(names):
+                raise LoweringError(f"a sum of scalars and matrices: {names}")
+            return scalars[0] if len(scalars) == 1 else self.emit("add", scalars, "scalar")
         mats = sorted(n for n in names if self.kind(n) == "matrix")
         diags = sorted(n for n in names if self.kind(n) == "diag")
         out = None
         if mats:
-            out = mats[0] if len(mats) == 1 else self.emit("add", mats, "matrix")
+            out = mats[0] if len(mats) == 1 else self.signed_sum(mats, "matrix")
         if diags:
-            d = diags[0] if len(diags) == 1 else self.emit("add", diags, "diag")
+            d = diags[0] if len(diags) == 1 else self.signed_sum(diags, "diag")
             out = d if out is None else self.emit("add_diag", [out, d], "matrix")
         return out
+
+    def signed_sum(self, names, kind):
+        """``a + b - c``: a negated term is subtracted, not negated first (one pass fewer each)."""
+        terms = []
+        for n in names:
+            v = next((v for v in self.values if v.name == n), None)
+            if v is not None and v.op == "scale" and v.attr("coeff") == "-1":
+                terms.append((v.args[0], "-"))
+            else:
+                terms.append((n, "+"))
+        if all(sign == "+" for _, sign in terms):
+            return self.emit("add", names, kind)
+        terms.sort(key=lambda t: t[1] == "-")  # a positive term first
+        return self.emit("add", [n for n, _ in terms], kind, [("signs", "".join(sign for _, sign in terms))])
 
     def mul2(self, a, b):
         if isinstance(a, _Inverse) and isinstance(b, _Inverse):
@@ -229,7 +270,22 @@ class _Builder:
             return self.emit("scale_rows", [a, b], "matrix")
         if kb == "diag":
             return self.emit("scale_cols", [a, b], "matrix")
+        # (b^T a^T)^T: a product whose transpose is already computed is read transposed (Q^T gQ
+        # and gQ^T Q in one rule cost one product)
+        aT, bT = self.transpose_name(a), self.transpose_name(b)
+        key = ("matmul", (bT, aT), "matrix", ())
+        if aT is not None and bT is not None and key in self.by_key and ("matmul", (a, b), "matrix", ()) not in self.by_key:
+            return self.emit("transpose", [self.by_key[key]], "matrix")
         return self.emit("matmul", [a, b], "matrix")
+
+    def transpose_name(self, name):
+        """The value (or parameter) holding ``name^T`` if one exists, else ``None``."""
+        for v in self.values:
+            if v.op == "transpose" and v.name == name:
+                return v.args[0]
+            if v.op == "transpose" and v.args[0] == name:
+                return v.name
+        return None
 
     def operand(self, m):
         """A factor of a product: its value, or an unevaluated inverse applied later by a solve."""
@@ -363,7 +419,11 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     for s in d.inputs:
         api.setdefault(s.name, s.name)
 
+    shapes = {s.name: s.shape for s in d.inputs + d.outputs}
+
     def kind(sym_name):
+        if shapes.get(sym_name) == (1, 1):
+            return "scalar"  # a 1×1 output, stored as a tensor of the batch shape
         return "diag" if sym_name in d.structure.diagonal else "matrix"
 
     primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
@@ -401,6 +461,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):
             v = b.lower(exprs[key])
             outs.append((out_names[key], v, b.kind(v)))
+        values, outs = _prune(b.values, outs)
         factor_params = tuple(Param(name, sym, kind, "factor") for sym, names in sorted(factorized.items())
                               if params.get(sym) is not None and params[sym].name in b.factors_used
                               for name, kind in zip(names, ("lu", "pivots")))
@@ -412,7 +473,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
             kind=kind_,
             params=tuple(params.values()) + factor_params + mask_params + option_params,
             outputs=tuple(outs),
-            values=tuple(b.values),
+            values=values,
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             expressions=tuple((out_names[k], formulas[k]) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             complex=complex_,
@@ -536,6 +597,19 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     )
 
 
+def _prune(values: list[Value], outs: list) -> tuple[tuple[Value, ...], list]:
+    """Drop the values no output reads (a transpose the lowering tried and then did not use) and
+    number the rest ``t0, t1, ...`` again, in order."""
+    needed = {name for _, name, _ in outs}
+    for v in reversed(values):
+        if v.name in needed:
+            needed.update(v.args)
+    kept = [v for v in values if v.name in needed]
+    rename = {v.name: f"t{i}" for i, v in enumerate(kept)}
+    new = tuple(Value(rename[v.name], v.op, tuple(rename.get(a, a) for a in v.args), v.kind, v.attrs) for v in kept)
+    return new, [(o, rename.get(name, name), kind) for o, name, kind in outs]
+
+
 def _depends_on_functions(d: Derivation, pdef) -> bool:
     """The pairwise matrix's entries involve a scalar function the derivation is generic in."""
     names = set(d.functions)
@@ -637,7 +711,9 @@ def _public(d: Derivation, api: dict, outputs_sorted, degeneracy: bool = False) 
     outputs = []
     for s in outputs_sorted:
         public, form = d.public_forms.get(s.name, (api[s.name], None))
-        if s.name in d.structure.diagonal:
+        if s.shape == (1, 1):
+            outputs.append(OutputIR(api[s.name], public, "scalar", (), s.name in d.constant_outputs))
+        elif s.name in d.structure.diagonal:
             outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],)))
         elif form == "adjoint":
             outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s)))))

@@ -41,7 +41,9 @@ class ArrayPrinter:
                            + (" on complex data" if complex_ else ""))
         fmt = table[v.op]
         if v.op == "add":
-            return " + ".join(v.args)
+            signs = dict(v.attrs).get("signs", "+" * len(v.args))
+            text = ("-" if signs[0] == "-" else "") + v.args[0]
+            return text + "".join(f" {sign} {a}" for sign, a in zip(signs[1:], v.args[1:]))
         if v.op == "scale" and v.attr("coeff") == "-1":
             return f"-{v.args[0]}"
         if v.op == "add_eye" and v.attr("coeff") in ("1", "-1"):
@@ -111,6 +113,11 @@ TORCH = ArrayPrinter(
         "inverse_general": "torch.linalg.inv({0})",
         "inverse_lower": "torch.linalg.inv({0})",
         "inverse_upper": "torch.linalg.inv({0})",
+        "inverse_lu": "_linalg.lu_solve({0}, {1}, {2}, torch.eye({0}.shape[-1], dtype={0}.dtype, device={0}.device), adjoint={adjoint})",
+        "trace": "{0}.diagonal(dim1=-2, dim2=-1).sum(-1)",
+        "sum": "{0}.sum(-1)",
+        "scale_by": "{0}[..., None, None] * {1}",
+        "scale_by_vector": "{0}[..., None] * {1}",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -166,6 +173,11 @@ XP = ArrayPrinter(
         "inverse_general": "xp.linalg.inv({0})",
         "inverse_lower": "xp.linalg.inv({0})",
         "inverse_upper": "xp.linalg.inv({0})",
+        "inverse_lu": "_lu_solve(xp, {0}, {1}, {2}, xp.eye({0}.shape[-1], dtype={0}.dtype), adjoint={adjoint})",
+        "trace": "xp.trace({0}, axis1=-2, axis2=-1)",
+        "sum": "{0}.sum(-1)",
+        "scale_by": "xp.asarray({0})[..., None, None] * {1}",
+        "scale_by_vector": "xp.asarray({0})[..., None] * {1}",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",

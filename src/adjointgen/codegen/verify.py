@@ -54,6 +54,8 @@ def _value(env, param, d=None, dims=None):
 
         return evaluate(d.pairwise_matrix(param.symbol), env, dims)
     x = env[param.symbol]
+    if param.kind == "scalar":
+        return np.asarray(x).reshape(())
     return np.diagonal(x).copy() if param.kind == "diag" else x
 
 
@@ -129,6 +131,8 @@ def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy)
                 want = evaluate(exprs[out_name], env, ctx.dims)
                 if kind == "diag":
                     want = np.diagonal(want)
+                elif kind == "scalar":
+                    want = np.asarray(want).reshape(())
                 err = _relative_error(to_numpy(value), want)
                 if not err <= TOLERANCE:
                     problems.append(f"{path}: {rule.name} output {out_name} differs from the derived "
@@ -171,12 +175,17 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                 env = dict(ctx.env)
                 env.update(values)
                 # reverse mode: the cotangents of the audit, in the outputs' public forms
-                grads = []
-                for o in pub.outputs:
+                grads, ruled = [], []
+                for o, value in zip(pub.outputs, out):
+                    if o.constant:
+                        if value.requires_grad:
+                            problems.append(f"{path}: {cls.__name__}: the constant output {o.public} is differentiable")
+                        continue
                     g = ctx.cotangents["g" + by_code[o.name].name]
-                    g = np.diagonal(g).copy() if o.form == "vector" else (g.conj().T if o.form == "adjoint" else g)
-                    grads.append(torch.from_numpy(np.ascontiguousarray(g)))
-                got = torch.autograd.grad(out, inputs, grads, allow_unused=True)
+                    g = _public_form(g, o.form)
+                    grads.append(torch.from_numpy(np.array(g, order="C")))
+                    ruled.append(value)
+                got = torch.autograd.grad(ruled, inputs, grads, allow_unused=True)
                 vjp = d.vjp if complex_instance or d.real_vjp is None else d.real_vjp
                 for s, g in zip(d.inputs, got):
                     want = evaluate(vjp.raw["g" + s.name], env, ctx.dims)
@@ -193,8 +202,11 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                 jvp = d.jvp if complex_instance or d.real_jvp is None else d.real_jvp
                 for o, t in zip(pub.outputs, dout):
                     sym = by_code[o.name]
-                    want = evaluate(jvp.raw["d" + sym.name], env, ctx.dims)
-                    want = np.diagonal(want) if o.form == "vector" else (want.conj().T if o.form == "adjoint" else want)
+                    if o.constant:
+                        if t is not None and bool(t.ne(0).any()):
+                            problems.append(f"{path}: {cls.__name__}.jvp: the constant output {o.public} has a tangent")
+                        continue
+                    want = _public_form(evaluate(jvp.raw["d" + sym.name], env, ctx.dims), o.form)
                     err = _relative_error(t.resolve_conj().numpy(), want)
                     if not err <= TOLERANCE:
                         problems.append(f"{path}: {cls.__name__}.jvp: d{o.public} differs from the derived JVP "
@@ -208,6 +220,17 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                                         f"{cls.__name__} (instance {index})")
         except Exception as exc:
             problems.append(f"{path}: {cls.__name__} raised {type(exc).__name__}: {exc} (instance {index})")
+
+
+def _public_form(x, form):
+    """A matrix value of the audit in the form the public function uses for it."""
+    if form == "vector":
+        return np.diagonal(x).copy()
+    if form == "adjoint":
+        return x.conj().T
+    if form == "scalar":
+        return np.asarray(x).reshape(())
+    return x
 
 
 #: option values the instances with options are verified at (``p`` of ``x**p``)
