@@ -78,7 +78,7 @@ def eigh_generalized_jvp(w, V, dA, dB, cluster_rtol=None, broadening=None):
     ``dV = V (F ∘ (V^T dA V)) - 1/2 V (F ∘ (diag(w) V^T dB V)) - 1/2 V (F ∘ (V^T dB V diag(w))) - 1/2 V V^T dB V``
     """
     xp = _array_module(w, V, dA, dB)
-    # Total ops: add 3, diag_mul 1, diagonal 2, matmul 5, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
+    # Total ops: add 3, diag_mul 1, diagonal 2, matmul 6, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -88,14 +88,15 @@ def eigh_generalized_jvp(w, V, dA, dB, cluster_rtol=None, broadening=None):
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).copy()
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
-    t10 = w[..., :, None] * t5
-    t11 = 0.5 * (t10 + xp.swapaxes(t10, -1, -2))
-    t12 = t2 - t11
-    t13 = eigh_generalized_F_mul(xp, w, t12, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t9 + t13
-    t15 = xp.matmul(V, t14)
-    return t8, t15
+    t9 = 1/2 * t0
+    t10 = xp.matmul(t9, t4)
+    t11 = w[..., :, None] * t5
+    t12 = 0.5 * (t11 + xp.swapaxes(t11, -1, -2))
+    t13 = t2 - t12
+    t14 = eigh_generalized_F_mul(xp, w, t13, part='none', rtol=cluster_rtol, broadening=broadening)
+    t15 = t14 - t10
+    t16 = xp.matmul(V, t15)
+    return t8, t16
 
 
 def eigh_generalized_vjp(w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -119,13 +120,13 @@ def eigh_generalized_vjp(w, V, gw, gV, cluster_rtol=None, broadening=None):
     t8 = eigh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
     t9 = t8 * w[..., None, :]
     t10 = 0.5 * (t9 + xp.swapaxes(t9, -1, -2))
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w[..., :, None] * t8
     t13 = 0.5 * (t12 + xp.swapaxes(t12, -1, -2))
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     _add_diag_(xp, t17, t7)
     t18 = t17
     t19 = xp.matmul(t18, t0)
@@ -141,7 +142,7 @@ def eigh_generalized_jvp_complex(w, V, dA, dB, cluster_rtol=None, broadening=Non
     ``dV = V (F ∘ (V^H dA V)) - 1/2 V (F ∘ (diag(w) V^H dB V)) - 1/2 V (F ∘ (V^H dB V diag(w))) - 1/2 V V^H dB V``
     """
     xp = _array_module(w, V, dA, dB)
-    # Total ops: add 3, diag_mul 1, diag_sym 2, matmul 5, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
+    # Total ops: add 3, diag_mul 1, diag_sym 2, matmul 6, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
     t0 = xp.conj(xp.swapaxes(V, -1, -2))
     t1 = xp.matmul(dA, V)
     t2 = xp.matmul(t0, t1)
@@ -151,14 +152,15 @@ def eigh_generalized_jvp_complex(w, V, dA, dB, cluster_rtol=None, broadening=Non
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).real.copy()
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
-    t10 = w[..., :, None] * t5
-    t11 = 0.5 * (t10 + xp.conj(xp.swapaxes(t10, -1, -2)))
-    t12 = t2 - t11
-    t13 = eigh_generalized_F_mul(xp, w, t12, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t14 = t9 + t13
-    t15 = xp.matmul(V, t14)
-    return t8, t15
+    t9 = 1/2 * t0
+    t10 = xp.matmul(t9, t4)
+    t11 = w[..., :, None] * t5
+    t12 = 0.5 * (t11 + xp.conj(xp.swapaxes(t11, -1, -2)))
+    t13 = t2 - t12
+    t14 = eigh_generalized_F_mul(xp, w, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t15 = t14 - t10
+    t16 = xp.matmul(V, t15)
+    return t8, t16
 
 
 def eigh_generalized_vjp_complex(w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -182,13 +184,13 @@ def eigh_generalized_vjp_complex(w, V, gw, gV, cluster_rtol=None, broadening=Non
     t8 = eigh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
     t9 = t8 * w[..., None, :]
     t10 = 0.5 * (t9 + xp.conj(xp.swapaxes(t9, -1, -2)))
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w[..., :, None] * t8
     t13 = 0.5 * (t12 + xp.conj(xp.swapaxes(t12, -1, -2)))
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     _add_diag_(xp, t17, t7)
     t18 = t17
     t19 = xp.matmul(t18, t0)
@@ -258,13 +260,13 @@ def eigh_generalized_vjp_checked(w, V, gw, gV, cluster_rtol=None, broadening=Non
     t8 = eigh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
     t9 = t8 * w[..., None, :]
     t10 = 0.5 * (t9 + xp.swapaxes(t9, -1, -2))
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w[..., :, None] * t8
     t13 = 0.5 * (t12 + xp.swapaxes(t12, -1, -2))
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     _add_diag_(xp, t17, t7)
     t18 = t17
     t19 = xp.matmul(t18, t0)
@@ -298,13 +300,13 @@ def eigh_generalized_vjp_complex_checked(w, V, gw, gV, cluster_rtol=None, broade
     t8 = eigh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
     t9 = t8 * w[..., None, :]
     t10 = 0.5 * (t9 + xp.conj(xp.swapaxes(t9, -1, -2)))
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w[..., :, None] * t8
     t13 = 0.5 * (t12 + xp.conj(xp.swapaxes(t12, -1, -2)))
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     _add_diag_(xp, t17, t7)
     t18 = t17
     t19 = xp.matmul(t18, t0)

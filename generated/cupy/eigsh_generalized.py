@@ -83,12 +83,12 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).copy()
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
+    t9 = 1/2 * t5
     t10 = w[..., :, None] * t5
     t11 = 0.5 * (t10 + xp.swapaxes(t10, -1, -2))
     t12 = t2 - t11
     t13 = eigsh_generalized_F_mul(xp, w, t12, part='none', rtol=cluster_rtol, broadening=broadening)
-    t14 = t9 + t13
+    t14 = t13 - t9
     t15 = xp.matmul(V, t14)
     t16 = V * w[..., None, :]
     t17 = xp.matmul(dB, t16)
@@ -123,13 +123,13 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None
     t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
     t13 = t12 * w[..., None, :]
     t14 = 0.5 * (t13 + xp.swapaxes(t13, -1, -2))
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w[..., :, None] * t12
     t17 = 0.5 * (t16 + xp.swapaxes(t16, -1, -2))
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     _add_diag_(xp, t21, t11)
     t22 = t21
     t23 = xp.matmul(t22, t0)
@@ -153,7 +153,7 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     ``gB_right = V``
     """
     xp = _array_module(A, B, w, V, gw, gV)
-    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
+    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 5, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
     t0 = xp.swapaxes(V, -1, -2)
     t1 = xp.matmul(t0, gV)
     t2 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
@@ -162,19 +162,20 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t5 = _shifted_solve(xp, A, B, V, w, gV)
     t6 = t4 - t5
     t7 = -gw
-    t8 = -1/2 * t2
-    _add_diag_(xp, t8, t7)
-    t9 = t8
-    t10 = w[..., :, None] * t9
-    t11 = t2 * w[..., None, :]
-    t12 = -1/2 * t11
-    t13 = -1/2 * t1
-    t14 = t12 + t13
-    t15 = t10 + t14
-    t16 = xp.matmul(V, t15)
-    t17 = t5 * w[..., None, :]
-    t18 = t16 + t17
-    return t6, V, t18, V
+    t8 = 1/2 * t2
+    t9 = -t8
+    _add_diag_(xp, t9, t7)
+    t10 = t9
+    t11 = w[..., :, None] * t10
+    t12 = 1/2 * w
+    t13 = t2 * t12[..., None, :]
+    t14 = 1/2 * t1
+    t15 = -t13 - t14
+    t16 = t11 + t15
+    t17 = xp.matmul(V, t16)
+    t18 = t5 * w[..., None, :]
+    t19 = t17 + t18
+    return t6, V, t19, V
 
 
 def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None):
@@ -195,12 +196,12 @@ def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broaden
     t6 = xp.diagonal(t5, axis1=-2, axis2=-1).real.copy()
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
+    t9 = 1/2 * t5
     t10 = w[..., :, None] * t5
     t11 = 0.5 * (t10 + xp.conj(xp.swapaxes(t10, -1, -2)))
     t12 = t2 - t11
     t13 = eigsh_generalized_F_mul(xp, w, t12, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t14 = t9 + t13
+    t14 = t13 - t9
     t15 = xp.matmul(V, t14)
     t16 = V * w[..., None, :]
     t17 = xp.matmul(dB, t16)
@@ -235,13 +236,13 @@ def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
     t13 = t12 * w[..., None, :]
     t14 = 0.5 * (t13 + xp.conj(xp.swapaxes(t13, -1, -2)))
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w[..., :, None] * t12
     t17 = 0.5 * (t16 + xp.conj(xp.swapaxes(t16, -1, -2)))
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     _add_diag_(xp, t21, t11)
     t22 = t21
     t23 = xp.matmul(t22, t0)
@@ -319,13 +320,13 @@ def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', rtol=cluster_rtol, broadening=broadening)
     t13 = t12 * w[..., None, :]
     t14 = 0.5 * (t13 + xp.swapaxes(t13, -1, -2))
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w[..., :, None] * t12
     t17 = 0.5 * (t16 + xp.swapaxes(t16, -1, -2))
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + xp.swapaxes(t1, -1, -2))
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     _add_diag_(xp, t21, t11)
     t22 = t21
     t23 = xp.matmul(t22, t0)
@@ -367,13 +368,13 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     t12 = eigsh_generalized_F_mul(xp, w, t1, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
     t13 = t12 * w[..., None, :]
     t14 = 0.5 * (t13 + xp.conj(xp.swapaxes(t13, -1, -2)))
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w[..., :, None] * t12
     t17 = 0.5 * (t16 + xp.conj(xp.swapaxes(t16, -1, -2)))
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + xp.conj(xp.swapaxes(t1, -1, -2)))
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     _add_diag_(xp, t21, t11)
     t22 = t21
     t23 = xp.matmul(t22, t0)

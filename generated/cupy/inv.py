@@ -26,9 +26,9 @@ def inv_jvp(X, dA):
     """
     xp = _array_module(X, dA)
     # Total ops: matmul 2, scale 1
-    t0 = xp.matmul(dA, X)
-    t1 = xp.matmul(X, t0)
-    t2 = -t1
+    t0 = -X
+    t1 = xp.matmul(dA, X)
+    t2 = xp.matmul(t0, t1)
     return t2
 
 
@@ -40,7 +40,7 @@ def inv_vjp(X, gX):
     xp = _array_module(X, gX)
     # Total ops: matmul 2, scale 1, transpose 1
     t0 = xp.swapaxes(X, -1, -2)
-    t1 = xp.matmul(gX, t0)
-    t2 = xp.matmul(t0, t1)
-    t3 = -t2
+    t1 = -t0
+    t2 = xp.matmul(gX, t0)
+    t3 = xp.matmul(t1, t2)
     return t3

@@ -38,7 +38,8 @@ def slogdet_vjp(A, sign, logabsdet, glogabsdet, A_LU=None, A_pivots=None):
     ``gA = (A^T)^-1 glogabsdet I``
     """
     xp = _array_module(A, sign, logabsdet, glogabsdet)
-    # Total ops: inverse_lu 1, scale_by 1
-    t0 = _lu_solve(xp, A, A_LU, A_pivots, xp.eye(A.shape[-1], dtype=A.dtype), adjoint=True)
-    t1 = xp.asarray(glogabsdet)[..., None, None] * t0
-    return t1
+    # Total ops: inverse_lu 1, scale_by 1, transpose 1
+    t0 = _lu_solve(xp, A, A_LU, A_pivots, xp.eye(A.shape[-1], dtype=A.dtype))
+    t1 = xp.swapaxes(t0, -1, -2)
+    t2 = xp.asarray(glogabsdet)[..., None, None] * t1
+    return t2

@@ -44,6 +44,6 @@ def solve_vjp(A, X, gX, A_LU=None, A_pivots=None):
     # Total ops: matmul 1, scale 1, solve_lu 1, transpose 1
     t0 = xp.swapaxes(X, -1, -2)
     t1 = _lu_solve(xp, A, A_LU, A_pivots, gX, adjoint=True)
-    t2 = xp.matmul(t1, t0)
-    t3 = -t2
+    t2 = -t1
+    t3 = xp.matmul(t2, t0)
     return t3, t1

@@ -26,11 +26,11 @@ def svd_complement_jvp(U, S, V, U2, dA, cluster_rtol=None):
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.swapaxes(V, -1, -2)
     t2 = xp.swapaxes(dA, -1, -2)
-    t3 = xp.matmul(t2, U2)
-    t4 = xp.matmul(t1, t3)
-    t5 = t0[..., :, None] * t4
-    t6 = xp.matmul(U, t5)
-    t7 = -t6
+    t3 = -t0
+    t4 = xp.matmul(t2, U2)
+    t5 = xp.matmul(t1, t4)
+    t6 = t3[..., :, None] * t5
+    t7 = xp.matmul(U, t6)
     return t7
 
 
@@ -45,10 +45,10 @@ def svd_complement_vjp(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.swapaxes(V, -1, -2)
     t3 = xp.matmul(t0, U)
-    t4 = t3 * t1[..., None, :]
-    t5 = xp.matmul(t4, t2)
-    t6 = xp.matmul(U2, t5)
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4[..., None, :]
+    t6 = xp.matmul(t5, t2)
+    t7 = xp.matmul(U2, t6)
     return t7
 
 
@@ -62,11 +62,11 @@ def svd_complement_jvp_complex(U, S, V, U2, dA, cluster_rtol=None):
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.conj(xp.swapaxes(V, -1, -2))
     t2 = xp.conj(xp.swapaxes(dA, -1, -2))
-    t3 = xp.matmul(t2, U2)
-    t4 = xp.matmul(t1, t3)
-    t5 = t0[..., :, None] * t4
-    t6 = xp.matmul(U, t5)
-    t7 = -t6
+    t3 = -t0
+    t4 = xp.matmul(t2, U2)
+    t5 = xp.matmul(t1, t4)
+    t6 = t3[..., :, None] * t5
+    t7 = xp.matmul(U, t6)
     return t7
 
 
@@ -81,10 +81,10 @@ def svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.conj(xp.swapaxes(V, -1, -2))
     t3 = xp.matmul(t0, U)
-    t4 = t3 * t1[..., None, :]
-    t5 = xp.matmul(t4, t2)
-    t6 = xp.matmul(U2, t5)
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4[..., None, :]
+    t6 = xp.matmul(t5, t2)
+    t7 = xp.matmul(U2, t6)
     return t7
 
 
@@ -127,10 +127,10 @@ def svd_complement_vjp_checked(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.swapaxes(V, -1, -2)
     t3 = xp.matmul(t0, U)
-    t4 = t3 * t1[..., None, :]
-    t5 = xp.matmul(t4, t2)
-    t6 = xp.matmul(U2, t5)
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4[..., None, :]
+    t6 = xp.matmul(t5, t2)
+    t7 = xp.matmul(U2, t6)
     t8 = xp.swapaxes(U2, -1, -2)
     t9 = xp.matmul(t8, gU2)
     t10 = 0.5 * (t9 - xp.swapaxes(t9, -1, -2))
@@ -150,10 +150,10 @@ def svd_complement_vjp_complex_checked(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.conj(xp.swapaxes(V, -1, -2))
     t3 = xp.matmul(t0, U)
-    t4 = t3 * t1[..., None, :]
-    t5 = xp.matmul(t4, t2)
-    t6 = xp.matmul(U2, t5)
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4[..., None, :]
+    t6 = xp.matmul(t5, t2)
+    t7 = xp.matmul(U2, t6)
     t8 = xp.conj(xp.swapaxes(U2, -1, -2))
     t9 = xp.matmul(t8, gU2)
     t10 = 0.5 * (t9 - xp.conj(xp.swapaxes(t9, -1, -2)))

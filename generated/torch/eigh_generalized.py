@@ -59,7 +59,7 @@ def eigh_generalized_jvp(w, V, dA, dB, cluster_rtol=None, broadening=None):
 
     ``dV = V (F ∘ (V^T dA V)) - 1/2 V (F ∘ (diag(w) V^T dB V)) - 1/2 V (F ∘ (V^T dB V diag(w))) - 1/2 V V^T dB V``
     """
-    # Total ops: add 3, diag_mul 1, diagonal 2, matmul 5, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
+    # Total ops: add 3, diag_mul 1, diagonal 2, matmul 6, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
     t0 = V.mT
     t1 = dA @ V
     t2 = t0 @ t1
@@ -69,14 +69,15 @@ def eigh_generalized_jvp(w, V, dA, dB, cluster_rtol=None, broadening=None):
     t6 = t5.diagonal(dim1=-2, dim2=-1)
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
-    t10 = w.unsqueeze(-1) * t5
-    t11 = 0.5 * (t10 + t10.mT)
-    t12 = t2 - t11
-    t13 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t12
-    t14 = t9 + t13
-    t15 = V @ t14
-    return t8, t15
+    t9 = 1/2 * t0
+    t10 = t9 @ t4
+    t11 = w.unsqueeze(-1) * t5
+    t12 = 0.5 * (t11 + t11.mT)
+    t13 = t2 - t12
+    t14 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t13
+    t15 = t14 - t10
+    t16 = V @ t15
+    return t8, t16
 
 
 def eigh_generalized_vjp(w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -98,13 +99,13 @@ def eigh_generalized_vjp(w, V, gw, gV, cluster_rtol=None, broadening=None):
     t8 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t9 = t8 * w.unsqueeze(-2)
     t10 = 0.5 * (t9 + t9.mT)
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w.unsqueeze(-1) * t8
     t13 = 0.5 * (t12 + t12.mT)
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + t1.mT)
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     t18 = torch.diagonal_scatter(t17, t17.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
     t19 = t18 @ t0
     t20 = V @ t19
@@ -118,7 +119,7 @@ def eigh_generalized_jvp_complex(w, V, dA, dB, cluster_rtol=None, broadening=Non
 
     ``dV = V (F ∘ (V^H dA V)) - 1/2 V (F ∘ (diag(w) V^H dB V)) - 1/2 V (F ∘ (V^H dB V diag(w))) - 1/2 V V^H dB V``
     """
-    # Total ops: add 3, diag_mul 1, diag_sym 2, matmul 5, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
+    # Total ops: add 3, diag_mul 1, diag_sym 2, matmul 6, pairwise_mul 1, scale 1, scale_rows 1, sym 1, transpose 1
     t0 = V.mH
     t1 = dA @ V
     t2 = t0 @ t1
@@ -128,14 +129,15 @@ def eigh_generalized_jvp_complex(w, V, dA, dB, cluster_rtol=None, broadening=Non
     t6 = t5.diagonal(dim1=-2, dim2=-1).real
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
-    t10 = w.unsqueeze(-1) * t5
-    t11 = 0.5 * (t10 + t10.mH)
-    t12 = t2 - t11
-    t13 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t12
-    t14 = t9 + t13
-    t15 = V @ t14
-    return t8, t15
+    t9 = 1/2 * t0
+    t10 = t9 @ t4
+    t11 = w.unsqueeze(-1) * t5
+    t12 = 0.5 * (t11 + t11.mH)
+    t13 = t2 - t12
+    t14 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t13
+    t15 = t14 - t10
+    t16 = V @ t15
+    return t8, t16
 
 
 def eigh_generalized_vjp_complex(w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -157,13 +159,13 @@ def eigh_generalized_vjp_complex(w, V, gw, gV, cluster_rtol=None, broadening=Non
     t8 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t9 = t8 * w.unsqueeze(-2)
     t10 = 0.5 * (t9 + t9.mH)
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w.unsqueeze(-1) * t8
     t13 = 0.5 * (t12 + t12.mH)
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + t1.mH)
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     t18 = torch.diagonal_scatter(t17, t17.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
     t19 = t18 @ t0
     t20 = V @ t19
@@ -227,13 +229,13 @@ def eigh_generalized_vjp_checked(w, V, gw, gV, cluster_rtol=None, broadening=Non
     t8 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t9 = t8 * w.unsqueeze(-2)
     t10 = 0.5 * (t9 + t9.mT)
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w.unsqueeze(-1) * t8
     t13 = 0.5 * (t12 + t12.mT)
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + t1.mT)
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     t18 = torch.diagonal_scatter(t17, t17.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
     t19 = t18 @ t0
     t20 = V @ t19
@@ -264,13 +266,13 @@ def eigh_generalized_vjp_complex_checked(w, V, gw, gV, cluster_rtol=None, broade
     t8 = eigh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t9 = t8 * w.unsqueeze(-2)
     t10 = 0.5 * (t9 + t9.mH)
-    t11 = -1/2 * t10
+    t11 = 1/2 * t10
     t12 = w.unsqueeze(-1) * t8
     t13 = 0.5 * (t12 + t12.mH)
-    t14 = -1/2 * t13
+    t14 = 1/2 * t13
     t15 = 0.5 * (t1 + t1.mH)
-    t16 = -1/2 * t15
-    t17 = t11 + t14 + t16
+    t16 = 1/2 * t15
+    t17 = -t11 - t14 - t16
     t18 = torch.diagonal_scatter(t17, t17.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
     t19 = t18 @ t0
     t20 = V @ t19

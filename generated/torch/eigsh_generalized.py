@@ -66,12 +66,12 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None
     t6 = t5.diagonal(dim1=-2, dim2=-1)
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
+    t9 = 1/2 * t5
     t10 = w.unsqueeze(-1) * t5
     t11 = 0.5 * (t10 + t10.mT)
     t12 = t2 - t11
     t13 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t12
-    t14 = t9 + t13
+    t14 = t13 - t9
     t15 = V @ t14
     t16 = V * w.unsqueeze(-2)
     t17 = dB @ t16
@@ -104,13 +104,13 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None
     t12 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t13 = t12 * w.unsqueeze(-2)
     t14 = 0.5 * (t13 + t13.mT)
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w.unsqueeze(-1) * t12
     t17 = 0.5 * (t16 + t16.mT)
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + t1.mT)
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
     t23 = t22 @ t0
     t24 = V @ t23
@@ -132,7 +132,7 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broaden
 
     ``gB_right = V``
     """
-    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
+    # Total ops: add 4, add_diag 2, matmul 3, pairwise_mul 1, scale 5, scale_cols 2, scale_rows 1, shifted_solve 1, transpose 1
     t0 = V.mT
     t1 = t0 @ gV
     t2 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
@@ -141,18 +141,19 @@ def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t5 = _solvers.shifted_solve(A, B, V, w, gV)
     t6 = t4 - t5
     t7 = -gw
-    t8 = -1/2 * t2
-    t9 = torch.diagonal_scatter(t8, t8.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
-    t10 = w.unsqueeze(-1) * t9
-    t11 = t2 * w.unsqueeze(-2)
-    t12 = -1/2 * t11
-    t13 = -1/2 * t1
-    t14 = t12 + t13
-    t15 = t10 + t14
-    t16 = V @ t15
-    t17 = t5 * w.unsqueeze(-2)
-    t18 = t16 + t17
-    return t6, V, t18, V
+    t8 = 1/2 * t2
+    t9 = -t8
+    t10 = torch.diagonal_scatter(t9, t9.diagonal(dim1=-2, dim2=-1) + t7, dim1=-2, dim2=-1)
+    t11 = w.unsqueeze(-1) * t10
+    t12 = 1/2 * w
+    t13 = t2 * t12.unsqueeze(-2)
+    t14 = 1/2 * t1
+    t15 = -t13 - t14
+    t16 = t11 + t15
+    t17 = V @ t16
+    t18 = t5 * w.unsqueeze(-2)
+    t19 = t17 + t18
+    return t6, V, t19, V
 
 
 def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None):
@@ -172,12 +173,12 @@ def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broaden
     t6 = t5.diagonal(dim1=-2, dim2=-1).real
     t7 = t6 * w
     t8 = t3 - t7
-    t9 = -1/2 * t5
+    t9 = 1/2 * t5
     t10 = w.unsqueeze(-1) * t5
     t11 = 0.5 * (t10 + t10.mH)
     t12 = t2 - t11
     t13 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t12
-    t14 = t9 + t13
+    t14 = t13 - t9
     t15 = V @ t14
     t16 = V * w.unsqueeze(-2)
     t17 = dB @ t16
@@ -210,13 +211,13 @@ def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t12 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t13 = t12 * w.unsqueeze(-2)
     t14 = 0.5 * (t13 + t13.mH)
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w.unsqueeze(-1) * t12
     t17 = 0.5 * (t16 + t16.mH)
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + t1.mH)
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
     t23 = t22 @ t0
     t24 = V @ t23
@@ -288,13 +289,13 @@ def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t12 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t13 = t12 * w.unsqueeze(-2)
     t14 = 0.5 * (t13 + t13.mT)
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w.unsqueeze(-1) * t12
     t17 = 0.5 * (t16 + t16.mT)
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + t1.mT)
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
     t23 = t22 @ t0
     t24 = V @ t23
@@ -333,13 +334,13 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     t12 = eigsh_generalized_F(w, rtol=cluster_rtol, broadening=broadening) * t1
     t13 = t12 * w.unsqueeze(-2)
     t14 = 0.5 * (t13 + t13.mH)
-    t15 = -1/2 * t14
+    t15 = 1/2 * t14
     t16 = w.unsqueeze(-1) * t12
     t17 = 0.5 * (t16 + t16.mH)
-    t18 = -1/2 * t17
+    t18 = 1/2 * t17
     t19 = 0.5 * (t1 + t1.mH)
-    t20 = -1/2 * t19
-    t21 = t15 + t18 + t20
+    t20 = 1/2 * t19
+    t21 = -t15 - t18 - t20
     t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
     t23 = t22 @ t0
     t24 = V @ t23

@@ -22,9 +22,9 @@ def inv_jvp(X, dA):
     ``dX = -X dA X``
     """
     # Total ops: matmul 2, scale 1
-    t0 = dA @ X
-    t1 = X @ t0
-    t2 = -t1
+    t0 = -X
+    t1 = dA @ X
+    t2 = t0 @ t1
     return t2
 
 
@@ -35,9 +35,9 @@ def inv_vjp(X, gX):
     """
     # Total ops: matmul 2, scale 1, transpose 1
     t0 = X.mT
-    t1 = gX @ t0
-    t2 = t0 @ t1
-    t3 = -t2
+    t1 = -t0
+    t2 = gX @ t0
+    t3 = t1 @ t2
     return t3
 
 

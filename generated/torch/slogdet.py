@@ -33,10 +33,11 @@ def slogdet_vjp(A, sign, logabsdet, glogabsdet, A_LU=None, A_pivots=None):
 
     ``gA = (A^T)^-1 glogabsdet I``
     """
-    # Total ops: inverse_lu 1, scale_by 1
-    t0 = _linalg.lu_solve(A, A_LU, A_pivots, torch.eye(A.shape[-1], dtype=A.dtype, device=A.device), adjoint=True)
-    t1 = glogabsdet[..., None, None] * t0
-    return t1
+    # Total ops: inverse_lu 1, scale_by 1, transpose 1
+    t0 = _linalg.lu_solve(A, A_LU, A_pivots, torch.eye(A.shape[-1], dtype=A.dtype, device=A.device))
+    t1 = t0.mT
+    t2 = glogabsdet[..., None, None] * t1
+    return t2
 
 
 class SlogdetFunction(torch.autograd.Function):

@@ -39,8 +39,8 @@ def solve_vjp(A, X, gX, A_LU=None, A_pivots=None):
     # Total ops: matmul 1, scale 1, solve_lu 1, transpose 1
     t0 = X.mT
     t1 = _linalg.lu_solve(A, A_LU, A_pivots, gX, adjoint=True)
-    t2 = t1 @ t0
-    t3 = -t2
+    t2 = -t1
+    t3 = t2 @ t0
     return t3, t1
 
 

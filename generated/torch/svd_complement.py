@@ -28,11 +28,11 @@ def svd_complement_jvp(U, S, V, U2, dA, cluster_rtol=None):
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = V.mT
     t2 = dA.mT
-    t3 = t2 @ U2
-    t4 = t1 @ t3
-    t5 = t0.unsqueeze(-1) * t4
-    t6 = U @ t5
-    t7 = -t6
+    t3 = -t0
+    t4 = t2 @ U2
+    t5 = t1 @ t4
+    t6 = t3.unsqueeze(-1) * t5
+    t7 = U @ t6
     return t7
 
 
@@ -46,10 +46,10 @@ def svd_complement_vjp(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = V.mT
     t3 = t0 @ U
-    t4 = t3 * t1.unsqueeze(-2)
-    t5 = t4 @ t2
-    t6 = U2 @ t5
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4.unsqueeze(-2)
+    t6 = t5 @ t2
+    t7 = U2 @ t6
     return t7
 
 
@@ -62,11 +62,11 @@ def svd_complement_jvp_complex(U, S, V, U2, dA, cluster_rtol=None):
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = V.mH
     t2 = dA.mH
-    t3 = t2 @ U2
-    t4 = t1 @ t3
-    t5 = t0.unsqueeze(-1) * t4
-    t6 = U @ t5
-    t7 = -t6
+    t3 = -t0
+    t4 = t2 @ U2
+    t5 = t1 @ t4
+    t6 = t3.unsqueeze(-1) * t5
+    t7 = U @ t6
     return t7
 
 
@@ -80,10 +80,10 @@ def svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = V.mH
     t3 = t0 @ U
-    t4 = t3 * t1.unsqueeze(-2)
-    t5 = t4 @ t2
-    t6 = U2 @ t5
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4.unsqueeze(-2)
+    t6 = t5 @ t2
+    t7 = U2 @ t6
     return t7
 
 
@@ -123,10 +123,10 @@ def svd_complement_vjp_checked(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = V.mT
     t3 = t0 @ U
-    t4 = t3 * t1.unsqueeze(-2)
-    t5 = t4 @ t2
-    t6 = U2 @ t5
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4.unsqueeze(-2)
+    t6 = t5 @ t2
+    t7 = U2 @ t6
     t8 = U2.mT
     t9 = t8 @ gU2
     t10 = 0.5 * (t9 - t9.mT)
@@ -145,10 +145,10 @@ def svd_complement_vjp_complex_checked(U, S, V, U2, gU2, cluster_rtol=None):
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = V.mH
     t3 = t0 @ U
-    t4 = t3 * t1.unsqueeze(-2)
-    t5 = t4 @ t2
-    t6 = U2 @ t5
-    t7 = -t6
+    t4 = -t1
+    t5 = t3 * t4.unsqueeze(-2)
+    t6 = t5 @ t2
+    t7 = U2 @ t6
     t8 = U2.mH
     t9 = t8 @ gU2
     t10 = 0.5 * (t9 - t9.mH)

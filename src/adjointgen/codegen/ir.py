@@ -45,7 +45,7 @@ OPS = {
     "sum": "the sum of a vector (the trace of a diagonal), as a scalar",
     "scale_by": "a b for a scalar a (one per batch element) and a matrix b",
     "scale_by_vector": "a b for a scalar a (one per batch element) and a vector b",
-    "inverse_lu": "A^-1 (A^-H with adjoint) through the LU factors the forward saved (or A itself)",
+    "inverse_lu": "A^-1 through the LU factors the forward saved (or A itself)",
 }
 
 

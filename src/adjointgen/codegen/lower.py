@@ -118,7 +118,13 @@ class _Builder:
             mats = [m for m in mats if not isinstance(m, ScalarIdentity)]
             if not mats:
                 raise LoweringError(f"a multiple of the identity alone has no shape to take: {e}")
-            out = self.chain(mats)
+            if c != 1 and len(mats) > 1:
+                # the coefficient scales the smallest partial product (-(A^-T gX) X^T: n p entries,
+                # not n^2), which stays shared with the other rules that use it unscaled
+                out = self.chain(mats, coeff=c)
+                c = sp.Integer(1)
+            else:
+                out = self.chain(mats)
             for m in scalars:
                 g = self.lower(m.arg)
                 if self.kind(g) != "scalar":
@@ -167,8 +173,9 @@ class _Builder:
             if isinstance(sym, MatrixSymbol) and sym.name in self.factorized:  # the inverse from the saved LU
                 a = self.lower(sym)
                 self.factors_used.add(a)
-                return self.emit("inverse_lu", [a, *self.factorized[sym.name]], "matrix",
-                                 [("adjoint", str(isinstance(base, Transpose)))])
+                inverse = self.emit("inverse_lu", [a, *self.factorized[sym.name]], "matrix")
+                # A^-T = (A^-1)^T: a transposed view, and LAPACK's non-transposed solve is the faster
+                return self.emit("transpose", [inverse], "matrix") if isinstance(base, Transpose) else inverse
             inner = self.lower(e.args[0])
             if self.kind(inner) == "diag":
                 if self.is_output_vector(inner):  # singular values may vanish: 1/s is taken as 0 there
@@ -212,7 +219,15 @@ class _Builder:
                 eye += c
             else:
                 rest.append(a)
-        out = self.add([self.lower(a) for a in rest]) if rest else None
+        names = []
+        for a in rest:
+            c = a.as_coeff_matrices()[0] if isinstance(a, MatMul) else sp.Integer(1)
+            if c.is_negative:  # subtracted, not negated first
+                pos = self.lower(-a)
+                names.append(self.emit("scale", [pos], self.kind(pos), [("coeff", "-1")]))
+            else:
+                names.append(self.lower(a))
+        out = self.add(names) if rest else None
         if eye == 0:
             return out
         if out is None:
@@ -300,7 +315,9 @@ class _Builder:
                 return _Inverse(inner, self.triangle(m.args[0]))
         return self.lower(m)
 
-    def chain(self, mats):
+    def chain(self, mats, coeff=1):
+        """The product of ``mats`` in the cheapest order; a coefficient other than 1 multiplies the
+        partial product with the fewest entries."""
         names = [self.operand(m) for m in mats]
         if len(names) == 1:
             return names[0] if not isinstance(names[0], _Inverse) else self.lower(mats[0])
@@ -325,11 +342,27 @@ class _Builder:
                         best = (c, k)
                 cost[i][j], split[i][j] = best if best is not None else (float("inf"), i)
 
+        def subtrees(i, j):
+            yield i, j
+            if i != j:
+                k = split[i][j]
+                yield from subtrees(i, k)
+                yield from subtrees(k + 1, j)
+
+        scaled = None
+        if coeff != 1:
+            def entries(i, j):
+                rows, cols = sizes[i], sizes[j + 1]
+                return rows if (i == j and kinds[i] == "diag") else rows * cols
+
+            scaled = min((ij for ij in subtrees(0, n - 1) if not (ij[0] == ij[1] and kinds[ij[0]] == "inverse")),
+                         key=lambda ij: (entries(*ij), ij))
+
         def build(i, j):
-            if i == j:
-                return names[i]
-            k = split[i][j]
-            return self.mul2(build(i, k), build(k + 1, j))
+            out = names[i] if i == j else self.mul2(build(i, split[i][j]), build(split[i][j] + 1, j))
+            if (i, j) == scaled:
+                out = self.emit("scale", [out], self.kind(out), [("coeff", sp.sstr(coeff))])
+            return out
 
         return build(0, n - 1)
 
