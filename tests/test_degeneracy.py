@@ -225,3 +225,32 @@ def test_broadening_is_finite_at_degeneracy_and_biased_as_documented():
         g_broad, = torch.autograd.grad(loss(*agt.eigh(B2, broadening=eps)), B2)
         bias = float((g_broad - g_exact).norm() / g_exact.norm())
         assert 0 < bias <= 4 * eps  # relative bias at most eps/gap^2 per entry, gaps >= 1
+
+
+def test_fused_reciprocal_gap_products_equal_the_formed_matrices():
+    """``F_times`` divides by the gap matrix when the values are apart, and falls back to ``F * X``
+    (masked) when they are not: both give the same numbers, and the check of which one applies is
+    exact about clusters, zero singular values and pairs ``s_i = -s_j``."""
+    from adjointgen.generated.torch import eigh as geigh
+    from adjointgen.generated.torch import svd as gsvd
+    from adjointgen.runtime.degeneracy import pairs_apart
+
+    g = torch.Generator().manual_seed(5)
+    w = torch.sort(torch.randn(2, 7, dtype=torch.float64, generator=g)).values
+    X = torch.randn(2, 7, 7, dtype=torch.float64, generator=g)
+    assert pairs_apart(w, "difference")
+    for scale in (1, 0.5, -2):
+        assert torch.allclose(geigh.eigh_F_times(w, X, scale), geigh.eigh_F(w, scale) * X, rtol=1e-14, atol=0)
+    s = w.abs() + 0.1
+    assert pairs_apart(s, "sum")
+    assert torch.allclose(gsvd.svd_G_times(s, X, 0.5), gsvd.svd_G(s, 0.5) * X, rtol=1e-14, atol=0)
+    # values that are not apart take the masked path, with the same result as the formed matrix
+    w2 = w.clone()
+    w2[0, 3] = w2[0, 2]
+    assert not pairs_apart(w2, "difference")
+    assert torch.equal(geigh.eigh_F_times(w2, X, 0.5), geigh.eigh_F(w2, 0.5) * X)
+    s2 = s.clone()
+    s2[1, 0] = 0.0
+    assert not pairs_apart(s2, "sum") and pairs_apart(s2, "difference")
+    assert torch.equal(gsvd.svd_G_times(s2, X, 0.5), gsvd.svd_G(s2, 0.5) * X)
+    assert not pairs_apart(torch.tensor([1.0, -1.0], dtype=torch.float64), "sum")

@@ -120,6 +120,10 @@ class PairwiseFn:
     masked: bool = False
     #: the Lorentzian broadening of a masked matrix, ``num den / (den^2 + broadening)``
     broadened: sp.Expr | None = None
+    #: ``(kind, factor)`` when ``F = c / (a d_i ± a d_j)``: ``scale F ∘ X = X / (v_i ± v_j)`` with
+    #: ``v = d factor / scale`` (``factor = a / c``), one division instead of forming ``F``;
+    #: ``kind`` is ``difference`` or ``sum`` (which pairs can vanish)
+    fused: tuple | None = None
 
     @property
     def needs_clusters(self) -> bool:

@@ -440,7 +440,33 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
         indicator=pdef.is_indicator,
         masked=pdef.zero_on is not None,
         broadened=(num * den / (den ** 2 + sp.Symbol("broadening", positive=True))) if pdef.zero_on else None,
+        fused=_fused_form(num, den, pdef) if pdef.zero_on is not None else None,
     )
+
+
+def _fused_form(num, den, pdef):
+    """``(kind, a / c)`` for ``F = c / (a d_i ± a d_j)`` whose diagonal is what the fused product
+    gives (0 for a difference, whose diagonal is set to inf; the formula itself for a sum)."""
+    if num.free_symbols:
+        return None
+    try:
+        poly = sp.Poly(den, DI, DJ)
+    except sp.PolynomialError:
+        return None
+    if not (poly.is_homogeneous and poly.total_degree() == 1):
+        return None
+    a, b = poly.coeff_monomial(DI), poly.coeff_monomial(DJ)
+    if b == -a:
+        kind = "difference"
+        if sp.sympify(pdef.diagonal_value) != 0:
+            return None
+    elif b == a:
+        kind = "sum"
+        if sp.simplify(pdef.expr.xreplace({DJ: DI}) - sp.sympify(pdef.diagonal_value)) != 0:
+            return None
+    else:
+        return None
+    return kind, sp.nsimplify(a / num)
 
 
 def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.generated", *,

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-__all__ = ["check", "cluster_mask", "default_rtol", "negligible", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
+__all__ = ["check", "cluster_mask", "default_rtol", "negligible", "pairs_apart", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
 
 _RTOL: float | None = None
 
@@ -89,6 +89,28 @@ def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
         scale = d.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(d.dtype).tiny)
         gaps = torch.diff(d.sort(-1).values, dim=-1)
         return bool((gaps <= rtol * scale).any())
+
+
+def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
+    """Whether no pair of entries makes a pairwise denominator vanish, as :func:`negligible` has it,
+    off the diagonal of a ``difference`` ``d_i - d_j`` (no clusters) or anywhere for a ``sum``
+    ``d_i + d_j`` (no ``d_i`` near ``-d_j``, no ``d_i`` near 0): then the denominator needs no mask.
+    ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values."""
+    from .checks import _is_traced
+
+    if d.numel() == 0:
+        return True
+    if _is_traced(d):
+        return False
+    rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
+    with torch.no_grad():
+        d = d.detach()
+        scale = d.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(d.dtype).tiny)
+        values = d if kind == "difference" else torch.cat([d, -d], dim=-1)  # d_i + d_j = d_i - (-d_j)
+        if values.shape[-1] < 2:
+            return True
+        gaps = torch.diff(values.sort(-1).values, dim=-1)
+        return not bool((gaps <= rtol * scale).any())
 
 
 def negligible(denominator: torch.Tensor, d: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
