@@ -82,7 +82,7 @@ def verify_generated(project, d, op, texts: dict) -> None:
                 module = _load(path, text, f"_adjointgen_verify_{op.name}_torch", problems)
                 if module is not None:
                     _check_rules(op, d, module, contexts, path, problems, to_array=torch.from_numpy,
-                                 to_numpy=lambda t: t.detach().resolve_conj().numpy())
+                                 to_numpy=lambda t: t.detach().resolve_conj().numpy(), both_paths=True)
                     if op.public is not None and op.public.torch_forward is not None:
                         _check_function(op, d, module, contexts, path, problems, torch)
                     if op.instances:
@@ -107,7 +107,20 @@ def _rule_sets(op):
         yield rule, rule.complex
 
 
-def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy):
+def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy, both_paths=False):
+    """Every rule function on every instance; the torch ones twice where they have products with
+    reciprocal gaps: once as the instances' separated values let them run (one division by the gap
+    matrix) and once forming the masked matrices, the path clusters take."""
+    from ..runtime import degeneracy
+
+    _check_rules_once(op, d, module, contexts, path, problems, to_array=to_array, to_numpy=to_numpy)
+    if both_paths and any(fn.fused for fn in op.pairwise):
+        with degeneracy.formed_products():
+            _check_rules_once(op, d, module, contexts, path, problems, to_array=to_array, to_numpy=to_numpy,
+                              note=" (with the masked matrices formed)")
+
+
+def _check_rules_once(op, d, module, contexts, path, problems, *, to_array, to_numpy, note=""):
     from ..calculus.evaluate import evaluate
 
     for rule, complex_rule in _rule_sets(op):
@@ -124,7 +137,7 @@ def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy)
                 got = fn(*[None if p.role in OPTIONAL_ROLES else to_array(_value(env, p, d, ctx.dims))
                            for p in rule.params])
             except Exception as exc:
-                problems.append(f"{path}: {rule.name} raised {type(exc).__name__}: {exc} (instance {index})")
+                problems.append(f"{path}: {rule.name} raised {type(exc).__name__}: {exc} (instance {index}){note}")
                 break
             got = got if isinstance(got, tuple) else (got,)
             for (out_name, _value_name, kind), value in zip(rule.outputs, got):
@@ -136,7 +149,7 @@ def _check_rules(op, d, module, contexts, path, problems, *, to_array, to_numpy)
                 err = _relative_error(to_numpy(value), want)
                 if not err <= TOLERANCE:
                     problems.append(f"{path}: {rule.name} output {out_name} differs from the derived "
-                                    f"expression by {err:.2e} (relative) on audit instance {index}")
+                                    f"expression by {err:.2e} (relative) on audit instance {index}{note}")
 
 
 def _check_function(op, d, module, contexts, path, problems, torch):

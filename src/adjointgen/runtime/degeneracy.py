@@ -33,6 +33,21 @@ import torch
 __all__ = ["check", "cluster_mask", "default_rtol", "negligible", "pairs_apart", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
 
 _RTOL: float | None = None
+#: whether :func:`pairs_apart` may report separated values (off inside :func:`formed_products`)
+_FUSED = True
+
+
+@contextlib.contextmanager
+def formed_products():
+    """``with formed_products(): ...`` -- every reciprocal-gap product forms its masked matrix (the
+    path taken at clusters), as if no values were apart: how the code generator checks that path
+    on instances whose values are apart."""
+    global _FUSED
+    previous, _FUSED = _FUSED, False
+    try:
+        yield
+    finally:
+        _FUSED = previous
 
 
 def default_rtol(dtype: torch.dtype) -> float:
@@ -98,10 +113,10 @@ def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
     ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values."""
     from .checks import _is_traced
 
+    if not _FUSED or _is_traced(d):
+        return False
     if d.numel() == 0:
         return True
-    if _is_traced(d):
-        return False
     rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
     with torch.no_grad():
         d = d.detach()
