@@ -20,36 +20,6 @@ __host__ __device__ inline T svd_G(T d_i, T d_j) {
     return 1.0/(d_i + d_j);
 }
 
-// out = F ∘ none(X), element idx of the flattened (batch, n, n) output
-template <typename T>
-__host__ __device__ inline T svd_F_mul_none_element(long long idx, int n, const T* w, const T* X) {
-    const long long nn = (long long)n * n;
-    const long long b = idx / nn;
-    const int i = (int)((idx / n) % n);
-    const int j = (int)(idx % n);
-    const T* wb = w + b * n;
-    const T* Xb = X + b * nn;
-    const T x = Xb[(long long)i * n + j];
-    if (i == j) {
-        const T d_i = wb[i];
-        (void)d_i;
-        return (T(0)) * x;
-    }
-    return svd_F<T>(wb[i], wb[j]) * x;
-}
-
-extern "C" __global__ void svd_F_mul_none_f32(const float* w, const float* X, float* out, int n, long long total) {
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = svd_F_mul_none_element<float>(idx, n, w, X);
-    }
-}
-
-extern "C" __global__ void svd_F_mul_none_f64(const double* w, const double* X, double* out, int n, long long total) {
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = svd_F_mul_none_element<double>(idx, n, w, X);
-    }
-}
-
 // out = F ∘ skew(X), element idx of the flattened (batch, n, n) output
 template <typename T>
 __host__ __device__ inline T svd_F_mul_skew_element(long long idx, int n, const T* w, const T* X) {
@@ -107,36 +77,6 @@ extern "C" __global__ void svd_F_mul_sym_f32(const float* w, const float* X, flo
 extern "C" __global__ void svd_F_mul_sym_f64(const double* w, const double* X, double* out, int n, long long total) {
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
         out[idx] = svd_F_mul_sym_element<double>(idx, n, w, X);
-    }
-}
-
-// out = G ∘ none(X), element idx of the flattened (batch, n, n) output
-template <typename T>
-__host__ __device__ inline T svd_G_mul_none_element(long long idx, int n, const T* w, const T* X) {
-    const long long nn = (long long)n * n;
-    const long long b = idx / nn;
-    const int i = (int)((idx / n) % n);
-    const int j = (int)(idx % n);
-    const T* wb = w + b * n;
-    const T* Xb = X + b * nn;
-    const T x = Xb[(long long)i * n + j];
-    if (i == j) {
-        const T d_i = wb[i];
-        (void)d_i;
-        return (((T(1) / T(2)))/d_i) * x;
-    }
-    return svd_G<T>(wb[i], wb[j]) * x;
-}
-
-extern "C" __global__ void svd_G_mul_none_f32(const float* w, const float* X, float* out, int n, long long total) {
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = svd_G_mul_none_element<float>(idx, n, w, X);
-    }
-}
-
-extern "C" __global__ void svd_G_mul_none_f64(const double* w, const double* X, double* out, int n, long long total) {
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = svd_G_mul_none_element<double>(idx, n, w, X);
     }
 }
 

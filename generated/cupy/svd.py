@@ -143,7 +143,7 @@ def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T + U diag(S)^-1 gV^T - U diag(S)^-1 gV^T V V^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.swapaxes(gV, -1, -2)
     t2 = xp.matmul(t1, V)
@@ -151,25 +151,23 @@ def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = xp.swapaxes(U, -1, -2)
     t5 = xp.matmul(t4, gU)
     t6 = t5 * t0[..., None, :]
-    t7 = 0.5 * (t5 - xp.swapaxes(t5, -1, -2))
-    t8 = xp.swapaxes(V, -1, -2)
-    t9 = xp.swapaxes(t2, -1, -2)
-    t10 = 0.5 * (t9 - xp.swapaxes(t9, -1, -2))
-    t11 = t10 + t7
-    t12 = svd_F_mul(xp, S, t11, part='none', rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    _add_diag_(xp, t15, gS)
-    t16 = t15
-    t17 = xp.matmul(t16, t8)
-    t18 = t0[..., :, None] * t1
-    t19 = t17 + t18
-    t20 = xp.matmul(U, t19)
-    t21 = t0[..., :, None] * t8
-    t22 = xp.matmul(gU, t21)
-    t23 = t20 + t22
-    return t23
+    t7 = xp.swapaxes(V, -1, -2)
+    t8 = xp.swapaxes(t2, -1, -2)
+    t9 = t8 + t5
+    t10 = svd_F_mul(xp, S, t9, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_mul(xp, S, t11, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    _add_diag_(xp, t13, gS)
+    t14 = t13
+    t15 = xp.matmul(t14, t7)
+    t16 = t0[..., :, None] * t1
+    t17 = t15 + t16
+    t18 = xp.matmul(U, t17)
+    t19 = t0[..., :, None] * t7
+    t20 = xp.matmul(gU, t19)
+    t21 = t18 + t20
+    return t21
 
 
 def svd_jvp_complex(U, S, V, dA, cluster_rtol=None, broadening=None):
@@ -216,7 +214,7 @@ def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = 1/2 U (F ∘ (U^H gU)) V^H + 1/2 U (F ∘ (V^H gV)) V^H - 1/2 U (F ∘ (gU^H U)) V^H - 1/2 U (F ∘ (gV^H V)) V^H + 1/2 U (G ∘ (U^H gU)) V^H - 1/2 U (G ∘ (V^H gV)) V^H - 1/2 U (G ∘ (gU^H U)) V^H + 1/2 U (G ∘ (gV^H V)) V^H + U diag(S)^-1 gV^H - U diag(S)^-1 gV^H V V^H + U diag(gS) V^H - U U^H gU diag(S)^-1 V^H + gU diag(S)^-1 V^H``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.conj(xp.swapaxes(gV, -1, -2))
     t2 = xp.matmul(t1, V)
@@ -224,25 +222,23 @@ def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = xp.conj(xp.swapaxes(U, -1, -2))
     t5 = xp.matmul(t4, gU)
     t6 = t5 * t0[..., None, :]
-    t7 = 0.5 * (t5 - xp.conj(xp.swapaxes(t5, -1, -2)))
-    t8 = xp.conj(xp.swapaxes(V, -1, -2))
-    t9 = xp.conj(xp.swapaxes(t2, -1, -2))
-    t10 = 0.5 * (t9 - xp.conj(xp.swapaxes(t9, -1, -2)))
-    t11 = t10 + t7
-    t12 = svd_F_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    _add_diag_(xp, t15, gS)
-    t16 = t15
-    t17 = xp.matmul(t16, t8)
-    t18 = t0[..., :, None] * t1
-    t19 = t17 + t18
-    t20 = xp.matmul(U, t19)
-    t21 = t0[..., :, None] * t8
-    t22 = xp.matmul(gU, t21)
-    t23 = t20 + t22
-    return t23
+    t7 = xp.conj(xp.swapaxes(V, -1, -2))
+    t8 = xp.conj(xp.swapaxes(t2, -1, -2))
+    t9 = t8 + t5
+    t10 = svd_F_mul(xp, S, t9, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_mul(xp, S, t11, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    _add_diag_(xp, t13, gS)
+    t14 = t13
+    t15 = xp.matmul(t14, t7)
+    t16 = t0[..., :, None] * t1
+    t17 = t15 + t16
+    t18 = xp.matmul(U, t17)
+    t19 = t0[..., :, None] * t7
+    t20 = xp.matmul(gU, t19)
+    t21 = t18 + t20
+    return t21
 
 
 def svd_gauge(U, V, gU, gV):
@@ -268,16 +264,14 @@ def svd_gauge_clusters_complex(U, S, V, gU, gV, cluster_rtol=None):
     ``residual_clusters = K ∘ skew(U^H gU) + K ∘ skew(V^H gV)``
     """
     xp = _array_module(U, S, V, gU, gV)
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = xp.conj(xp.swapaxes(U, -1, -2))
     t1 = xp.matmul(t0, gU)
-    t2 = 0.5 * (t1 - xp.conj(xp.swapaxes(t1, -1, -2)))
-    t3 = xp.conj(xp.swapaxes(V, -1, -2))
-    t4 = xp.matmul(t3, gV)
-    t5 = 0.5 * (t4 - xp.conj(xp.swapaxes(t4, -1, -2)))
-    t6 = t2 + t5
-    t7 = svd_K_mul(xp, S, t6, part='none', hermitian=True, rtol=cluster_rtol)
-    return t7
+    t2 = xp.conj(xp.swapaxes(V, -1, -2))
+    t3 = xp.matmul(t2, gV)
+    t4 = t1 + t3
+    t5 = svd_K_mul(xp, S, t4, part='skew', hermitian=True, rtol=cluster_rtol)
+    return t5
 
 
 def svd_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
@@ -286,16 +280,14 @@ def svd_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(U, S, V, gU, gV)
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = xp.swapaxes(U, -1, -2)
     t1 = xp.matmul(t0, gU)
-    t2 = 0.5 * (t1 - xp.swapaxes(t1, -1, -2))
-    t3 = xp.swapaxes(V, -1, -2)
-    t4 = xp.matmul(t3, gV)
-    t5 = 0.5 * (t4 - xp.swapaxes(t4, -1, -2))
-    t6 = t2 + t5
-    t7 = svd_K_mul(xp, S, t6, part='none', rtol=cluster_rtol)
-    return t7
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t2, gV)
+    t4 = t1 + t3
+    t5 = svd_K_mul(xp, S, t4, part='skew', rtol=cluster_rtol)
+    return t5
 
 
 def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -306,7 +298,7 @@ def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.swapaxes(gV, -1, -2)
     t2 = xp.matmul(t1, V)
@@ -314,26 +306,24 @@ def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = xp.swapaxes(U, -1, -2)
     t5 = xp.matmul(t4, gU)
     t6 = t5 * t0[..., None, :]
-    t7 = 0.5 * (t5 - xp.swapaxes(t5, -1, -2))
-    t8 = xp.swapaxes(V, -1, -2)
-    t9 = xp.swapaxes(t2, -1, -2)
-    t10 = 0.5 * (t9 - xp.swapaxes(t9, -1, -2))
-    t11 = t10 + t7
-    t12 = svd_F_mul(xp, S, t11, part='none', rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_mul(xp, S, t13, part='none', rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    _add_diag_(xp, t15, gS)
-    t16 = t15
-    t17 = xp.matmul(t16, t8)
-    t18 = t0[..., :, None] * t1
-    t19 = t17 + t18
-    t20 = xp.matmul(U, t19)
-    t21 = t0[..., :, None] * t8
-    t22 = xp.matmul(gU, t21)
-    t23 = t20 + t22
-    t24 = svd_K_mul(xp, S, t11, part='none', rtol=cluster_rtol)
-    return t23, t24
+    t7 = xp.swapaxes(V, -1, -2)
+    t8 = xp.swapaxes(t2, -1, -2)
+    t9 = t8 + t5
+    t10 = svd_F_mul(xp, S, t9, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_mul(xp, S, t11, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    _add_diag_(xp, t13, gS)
+    t14 = t13
+    t15 = xp.matmul(t14, t7)
+    t16 = t0[..., :, None] * t1
+    t17 = t15 + t16
+    t18 = xp.matmul(U, t17)
+    t19 = t0[..., :, None] * t7
+    t20 = xp.matmul(gU, t19)
+    t21 = t18 + t20
+    t22 = svd_K_mul(xp, S, t9, part='skew', rtol=cluster_rtol)
+    return t21, t22
 
 
 def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -346,7 +336,7 @@ def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=N
     ``residual_clusters = K ∘ skew(U^H gU) + K ∘ skew(V^H gV)``
     """
     xp = _array_module(U, S, V, gU, gS, gV)
-    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 5, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _reciprocal(xp, S, cluster_rtol)
     t1 = xp.conj(xp.swapaxes(gV, -1, -2))
     t2 = xp.matmul(t1, V)
@@ -354,26 +344,24 @@ def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=N
     t4 = xp.conj(xp.swapaxes(U, -1, -2))
     t5 = xp.matmul(t4, gU)
     t6 = t5 * t0[..., None, :]
-    t7 = 0.5 * (t5 - xp.conj(xp.swapaxes(t5, -1, -2)))
-    t8 = xp.conj(xp.swapaxes(V, -1, -2))
-    t9 = xp.conj(xp.swapaxes(t2, -1, -2))
-    t10 = 0.5 * (t9 - xp.conj(xp.swapaxes(t9, -1, -2)))
-    t11 = t10 + t7
-    t12 = svd_F_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_mul(xp, S, t13, part='none', hermitian=True, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    _add_diag_(xp, t15, gS)
-    t16 = t15
-    t17 = xp.matmul(t16, t8)
-    t18 = t0[..., :, None] * t1
-    t19 = t17 + t18
-    t20 = xp.matmul(U, t19)
-    t21 = t0[..., :, None] * t8
-    t22 = xp.matmul(gU, t21)
-    t23 = t20 + t22
-    t24 = 1j * xp.diagonal(t5, axis1=-2, axis2=-1).imag
-    t25 = 1j * xp.diagonal(t9, axis1=-2, axis2=-1).imag
-    t26 = t24 + t25
-    t27 = svd_K_mul(xp, S, t11, part='none', hermitian=True, rtol=cluster_rtol)
-    return t23, t26, t27
+    t7 = xp.conj(xp.swapaxes(V, -1, -2))
+    t8 = xp.conj(xp.swapaxes(t2, -1, -2))
+    t9 = t8 + t5
+    t10 = svd_F_mul(xp, S, t9, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_mul(xp, S, t11, part='skew', hermitian=True, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    _add_diag_(xp, t13, gS)
+    t14 = t13
+    t15 = xp.matmul(t14, t7)
+    t16 = t0[..., :, None] * t1
+    t17 = t15 + t16
+    t18 = xp.matmul(U, t17)
+    t19 = t0[..., :, None] * t7
+    t20 = xp.matmul(gU, t19)
+    t21 = t18 + t20
+    t22 = 1j * xp.diagonal(t5, axis1=-2, axis2=-1).imag
+    t23 = 1j * xp.diagonal(t8, axis1=-2, axis2=-1).imag
+    t24 = t22 + t23
+    t25 = svd_K_mul(xp, S, t9, part='skew', hermitian=True, rtol=cluster_rtol)
+    return t21, t24, t25

@@ -147,40 +147,38 @@ def svds_vjp(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     ``gA = -A S[A^T A - d_i; V](A^T gU diag(S)^-1) V^T - A S[A^T A - d_i; V](gV) V^T + 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T - U diag(S) (S[A^T A - d_i; V](A^T gU diag(S)^-1))^T - U diag(S) (S[A^T A - d_i; V](gV))^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
     xp = _array_module(A, U, S, V, gU, gS, gV)
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 2, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, transpose 4
     t0 = xp.swapaxes(U, -1, -2)
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, gU)
     t3 = t2 * t1[..., None, :]
-    t4 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
-    t5 = xp.swapaxes(V, -1, -2)
-    t6 = xp.matmul(t5, gV)
-    t7 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
-    t8 = t4 + t7
-    t9 = svds_F_mul(xp, S, t8, part='none', rtol=cluster_rtol, broadening=broadening)
-    t10 = t4 - t7
-    t11 = svds_G_mul(xp, S, t10, part='none', rtol=cluster_rtol, broadening=broadening)
-    t12 = t9 + t11 - t3
-    _add_diag_(xp, t12, gS)
-    t13 = t12
-    t14 = xp.matmul(U, t13)
-    t15 = xp.swapaxes(A, -1, -2)
-    t16 = xp.matmul(t15, A)
-    t17 = S * S
-    t18 = xp.matmul(t15, gU)
-    t19 = t18 * t1[..., None, :]
-    t20 = -t19 - gV
-    t21 = _shifted_solve(xp, t16, None, V, t17, t20)
-    t22 = xp.matmul(A, t21)
-    t23 = gU * t1[..., None, :]
-    t24 = t22 + t23
-    t25 = t14 + t24
-    t26 = xp.matmul(t25, t5)
-    t27 = xp.swapaxes(t21, -1, -2)
-    t28 = S[..., :, None] * t27
-    t29 = xp.matmul(U, t28)
-    t30 = t26 + t29
-    return t30
+    t4 = xp.swapaxes(V, -1, -2)
+    t5 = xp.matmul(t4, gV)
+    t6 = t2 + t5
+    t7 = svds_F_mul(xp, S, t6, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t8 = t2 - t5
+    t9 = svds_G_mul(xp, S, t8, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t10 = t9 + t7 - t3
+    _add_diag_(xp, t10, gS)
+    t11 = t10
+    t12 = xp.matmul(U, t11)
+    t13 = xp.swapaxes(A, -1, -2)
+    t14 = xp.matmul(t13, A)
+    t15 = S * S
+    t16 = xp.matmul(t13, gU)
+    t17 = t16 * t1[..., None, :]
+    t18 = -t17 - gV
+    t19 = _shifted_solve(xp, t14, None, V, t15, t18)
+    t20 = xp.matmul(A, t19)
+    t21 = gU * t1[..., None, :]
+    t22 = t20 + t21
+    t23 = t12 + t22
+    t24 = xp.matmul(t23, t4)
+    t25 = xp.swapaxes(t19, -1, -2)
+    t26 = S[..., :, None] * t25
+    t27 = xp.matmul(U, t26)
+    t28 = t24 + t27
+    return t28
 
 
 def svds_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
@@ -189,16 +187,14 @@ def svds_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(U, S, V, gU, gV)
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = xp.swapaxes(U, -1, -2)
     t1 = xp.matmul(t0, gU)
-    t2 = 0.5 * (t1 - xp.swapaxes(t1, -1, -2))
-    t3 = xp.swapaxes(V, -1, -2)
-    t4 = xp.matmul(t3, gV)
-    t5 = 0.5 * (t4 - xp.swapaxes(t4, -1, -2))
-    t6 = t2 + t5
-    t7 = svds_K_mul(xp, S, t6, part='none', rtol=cluster_rtol)
-    return t7
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t2, gV)
+    t4 = t1 + t3
+    t5 = svds_K_mul(xp, S, t4, part='skew', rtol=cluster_rtol)
+    return t5
 
 
 def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -209,38 +205,36 @@ def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None)
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
     xp = _array_module(A, U, S, V, gU, gS, gV)
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 3, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, transpose 4
     t0 = xp.swapaxes(U, -1, -2)
     t1 = _reciprocal(xp, S, cluster_rtol)
     t2 = xp.matmul(t0, gU)
     t3 = t2 * t1[..., None, :]
-    t4 = 0.5 * (t2 - xp.swapaxes(t2, -1, -2))
-    t5 = xp.swapaxes(V, -1, -2)
-    t6 = xp.matmul(t5, gV)
-    t7 = 0.5 * (t6 - xp.swapaxes(t6, -1, -2))
-    t8 = t4 + t7
-    t9 = svds_F_mul(xp, S, t8, part='none', rtol=cluster_rtol, broadening=broadening)
-    t10 = t4 - t7
-    t11 = svds_G_mul(xp, S, t10, part='none', rtol=cluster_rtol, broadening=broadening)
-    t12 = t9 + t11 - t3
-    _add_diag_(xp, t12, gS)
-    t13 = t12
-    t14 = xp.matmul(U, t13)
-    t15 = xp.swapaxes(A, -1, -2)
-    t16 = xp.matmul(t15, A)
-    t17 = S * S
-    t18 = xp.matmul(t15, gU)
-    t19 = t18 * t1[..., None, :]
-    t20 = -t19 - gV
-    t21 = _shifted_solve(xp, t16, None, V, t17, t20)
-    t22 = xp.matmul(A, t21)
-    t23 = gU * t1[..., None, :]
-    t24 = t22 + t23
-    t25 = t14 + t24
-    t26 = xp.matmul(t25, t5)
-    t27 = xp.swapaxes(t21, -1, -2)
-    t28 = S[..., :, None] * t27
-    t29 = xp.matmul(U, t28)
-    t30 = t26 + t29
-    t31 = svds_K_mul(xp, S, t8, part='none', rtol=cluster_rtol)
-    return t30, t31
+    t4 = xp.swapaxes(V, -1, -2)
+    t5 = xp.matmul(t4, gV)
+    t6 = t2 + t5
+    t7 = svds_F_mul(xp, S, t6, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t8 = t2 - t5
+    t9 = svds_G_mul(xp, S, t8, part='skew', rtol=cluster_rtol, broadening=broadening)
+    t10 = t9 + t7 - t3
+    _add_diag_(xp, t10, gS)
+    t11 = t10
+    t12 = xp.matmul(U, t11)
+    t13 = xp.swapaxes(A, -1, -2)
+    t14 = xp.matmul(t13, A)
+    t15 = S * S
+    t16 = xp.matmul(t13, gU)
+    t17 = t16 * t1[..., None, :]
+    t18 = -t17 - gV
+    t19 = _shifted_solve(xp, t14, None, V, t15, t18)
+    t20 = xp.matmul(A, t19)
+    t21 = gU * t1[..., None, :]
+    t22 = t20 + t21
+    t23 = t12 + t22
+    t24 = xp.matmul(t23, t4)
+    t25 = xp.swapaxes(t19, -1, -2)
+    t26 = S[..., :, None] * t25
+    t27 = xp.matmul(U, t26)
+    t28 = t24 + t27
+    t29 = svds_K_mul(xp, S, t6, part='skew', rtol=cluster_rtol)
+    return t28, t29

@@ -145,7 +145,7 @@ def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
 
     ``gA = 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T + U diag(S)^-1 gV^T - U diag(S)^-1 gV^T V V^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = gV.mT
     t2 = t1 @ V
@@ -153,24 +153,22 @@ def svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = U.mT
     t5 = t4 @ gU
     t6 = t5 * t0.unsqueeze(-2)
-    t7 = 0.5 * (t5 - t5.mT)
-    t8 = V.mT
-    t9 = t2.mT
-    t10 = 0.5 * (t9 - t9.mT)
-    t11 = t10 + t7
-    t12 = svd_F_times(S, t11, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_times(S, t13, 1, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    t16 = torch.diagonal_scatter(t15, t15.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t17 = t16 @ t8
-    t18 = t0.unsqueeze(-1) * t1
-    t19 = t17 + t18
-    t20 = U @ t19
-    t21 = t0.unsqueeze(-1) * t8
-    t22 = gU @ t21
-    t23 = t20 + t22
-    return t23
+    t7 = V.mT
+    t8 = t2.mT
+    t9 = t8 + t5
+    t10 = svd_F_times(S, t9 - t9.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_times(S, t11 - t11.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    t14 = torch.diagonal_scatter(t13, t13.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t15 = t14 @ t7
+    t16 = t0.unsqueeze(-1) * t1
+    t17 = t15 + t16
+    t18 = U @ t17
+    t19 = t0.unsqueeze(-1) * t7
+    t20 = gU @ t19
+    t21 = t18 + t20
+    return t21
 
 
 def svd_jvp_complex(U, S, V, dA, cluster_rtol=None, broadening=None):
@@ -215,7 +213,7 @@ def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
 
     ``gA = 1/2 U (F ∘ (U^H gU)) V^H + 1/2 U (F ∘ (V^H gV)) V^H - 1/2 U (F ∘ (gU^H U)) V^H - 1/2 U (F ∘ (gV^H V)) V^H + 1/2 U (G ∘ (U^H gU)) V^H - 1/2 U (G ∘ (V^H gV)) V^H - 1/2 U (G ∘ (gU^H U)) V^H + 1/2 U (G ∘ (gV^H V)) V^H + U diag(S)^-1 gV^H - U diag(S)^-1 gV^H V V^H + U diag(gS) V^H - U U^H gU diag(S)^-1 V^H + gU diag(S)^-1 V^H``
     """
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = gV.mH
     t2 = t1 @ V
@@ -223,24 +221,22 @@ def svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = U.mH
     t5 = t4 @ gU
     t6 = t5 * t0.unsqueeze(-2)
-    t7 = 0.5 * (t5 - t5.mH)
-    t8 = V.mH
-    t9 = t2.mH
-    t10 = 0.5 * (t9 - t9.mH)
-    t11 = t10 + t7
-    t12 = svd_F_times(S, t11, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_times(S, t13, 1, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    t16 = torch.diagonal_scatter(t15, t15.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t17 = t16 @ t8
-    t18 = t0.unsqueeze(-1) * t1
-    t19 = t17 + t18
-    t20 = U @ t19
-    t21 = t0.unsqueeze(-1) * t8
-    t22 = gU @ t21
-    t23 = t20 + t22
-    return t23
+    t7 = V.mH
+    t8 = t2.mH
+    t9 = t8 + t5
+    t10 = svd_F_times(S, t9 - t9.mH, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_times(S, t11 - t11.mH, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    t14 = torch.diagonal_scatter(t13, t13.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t15 = t14 @ t7
+    t16 = t0.unsqueeze(-1) * t1
+    t17 = t15 + t16
+    t18 = U @ t17
+    t19 = t0.unsqueeze(-1) * t7
+    t20 = gU @ t19
+    t21 = t18 + t20
+    return t21
 
 
 def svd_gauge(U, V, gU, gV):
@@ -264,16 +260,14 @@ def svd_gauge_clusters_complex(U, S, V, gU, gV, cluster_rtol=None):
 
     ``residual_clusters = K ∘ skew(U^H gU) + K ∘ skew(V^H gV)``
     """
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = U.mH
     t1 = t0 @ gU
-    t2 = 0.5 * (t1 - t1.mH)
-    t3 = V.mH
-    t4 = t3 @ gV
-    t5 = 0.5 * (t4 - t4.mH)
-    t6 = t2 + t5
-    t7 = svd_K_times(S, t6, 1, rtol=cluster_rtol)
-    return t7
+    t2 = V.mH
+    t3 = t2 @ gV
+    t4 = t1 + t3
+    t5 = svd_K_times(S, t4 - t4.mH, 0.5, rtol=cluster_rtol)
+    return t5
 
 
 def svd_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
@@ -281,16 +275,14 @@ def svd_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
 
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = U.mT
     t1 = t0 @ gU
-    t2 = 0.5 * (t1 - t1.mT)
-    t3 = V.mT
-    t4 = t3 @ gV
-    t5 = 0.5 * (t4 - t4.mT)
-    t6 = t2 + t5
-    t7 = svd_K_times(S, t6, 1, rtol=cluster_rtol)
-    return t7
+    t2 = V.mT
+    t3 = t2 @ gV
+    t4 = t1 + t3
+    t5 = svd_K_times(S, t4 - t4.mT, 0.5, rtol=cluster_rtol)
+    return t5
 
 
 def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -300,7 +292,7 @@ def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
 
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
-    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 5, add_diag 1, matmul 5, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = gV.mT
     t2 = t1 @ V
@@ -308,25 +300,23 @@ def svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
     t4 = U.mT
     t5 = t4 @ gU
     t6 = t5 * t0.unsqueeze(-2)
-    t7 = 0.5 * (t5 - t5.mT)
-    t8 = V.mT
-    t9 = t2.mT
-    t10 = 0.5 * (t9 - t9.mT)
-    t11 = t10 + t7
-    t12 = svd_F_times(S, t11, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_times(S, t13, 1, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    t16 = torch.diagonal_scatter(t15, t15.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t17 = t16 @ t8
-    t18 = t0.unsqueeze(-1) * t1
-    t19 = t17 + t18
-    t20 = U @ t19
-    t21 = t0.unsqueeze(-1) * t8
-    t22 = gU @ t21
-    t23 = t20 + t22
-    t24 = svd_K_times(S, t11, 1, rtol=cluster_rtol)
-    return t23, t24
+    t7 = V.mT
+    t8 = t2.mT
+    t9 = t8 + t5
+    t10 = svd_F_times(S, t9 - t9.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_times(S, t11 - t11.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    t14 = torch.diagonal_scatter(t13, t13.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t15 = t14 @ t7
+    t16 = t0.unsqueeze(-1) * t1
+    t17 = t15 + t16
+    t18 = U @ t17
+    t19 = t0.unsqueeze(-1) * t7
+    t20 = gU @ t19
+    t21 = t18 + t20
+    t22 = svd_K_times(S, t9 - t9.mT, 0.5, rtol=cluster_rtol)
+    return t21, t22
 
 
 def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -338,7 +328,7 @@ def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=N
 
     ``residual_clusters = K ∘ skew(U^H gU) + K ∘ skew(V^H gV)``
     """
-    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 5, pairwise_mul 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, skew 2, transpose 4
+    # Total ops: add 6, add_diag 1, diag_skew 2, matmul 5, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 1, scale_rows 3, transpose 4
     t0 = _degeneracy.reciprocal(S, cluster_rtol)
     t1 = gV.mH
     t2 = t1 @ V
@@ -346,28 +336,26 @@ def svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=None, broadening=N
     t4 = U.mH
     t5 = t4 @ gU
     t6 = t5 * t0.unsqueeze(-2)
-    t7 = 0.5 * (t5 - t5.mH)
-    t8 = V.mH
-    t9 = t2.mH
-    t10 = 0.5 * (t9 - t9.mH)
-    t11 = t10 + t7
-    t12 = svd_F_times(S, t11, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t7 - t10
-    t14 = svd_G_times(S, t13, 1, rtol=cluster_rtol, broadening=broadening)
-    t15 = t12 + t14 - t3 - t6
-    t16 = torch.diagonal_scatter(t15, t15.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t17 = t16 @ t8
-    t18 = t0.unsqueeze(-1) * t1
-    t19 = t17 + t18
-    t20 = U @ t19
-    t21 = t0.unsqueeze(-1) * t8
-    t22 = gU @ t21
-    t23 = t20 + t22
-    t24 = 1j * t5.diagonal(dim1=-2, dim2=-1).imag
-    t25 = 1j * t9.diagonal(dim1=-2, dim2=-1).imag
-    t26 = t24 + t25
-    t27 = svd_K_times(S, t11, 1, rtol=cluster_rtol)
-    return t23, t26, t27
+    t7 = V.mH
+    t8 = t2.mH
+    t9 = t8 + t5
+    t10 = svd_F_times(S, t9 - t9.mH, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t11 = t5 - t8
+    t12 = svd_G_times(S, t11 - t11.mH, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t13 = t10 + t12 - t3 - t6
+    t14 = torch.diagonal_scatter(t13, t13.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t15 = t14 @ t7
+    t16 = t0.unsqueeze(-1) * t1
+    t17 = t15 + t16
+    t18 = U @ t17
+    t19 = t0.unsqueeze(-1) * t7
+    t20 = gU @ t19
+    t21 = t18 + t20
+    t22 = 1j * t5.diagonal(dim1=-2, dim2=-1).imag
+    t23 = 1j * t8.diagonal(dim1=-2, dim2=-1).imag
+    t24 = t22 + t23
+    t25 = svd_K_times(S, t9 - t9.mH, 0.5, rtol=cluster_rtol)
+    return t21, t24, t25
 
 
 class SvdFunction(torch.autograd.Function):

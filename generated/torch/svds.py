@@ -145,39 +145,37 @@ def svds_vjp(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
 
     ``gA = -A S[A^T A - d_i; V](A^T gU diag(S)^-1) V^T - A S[A^T A - d_i; V](gV) V^T + 1/2 U (F ∘ (U^T gU)) V^T + 1/2 U (F ∘ (V^T gV)) V^T - 1/2 U (F ∘ (gU^T U)) V^T - 1/2 U (F ∘ (gV^T V)) V^T + 1/2 U (G ∘ (U^T gU)) V^T - 1/2 U (G ∘ (V^T gV)) V^T - 1/2 U (G ∘ (gU^T U)) V^T + 1/2 U (G ∘ (gV^T V)) V^T - U diag(S) (S[A^T A - d_i; V](A^T gU diag(S)^-1))^T - U diag(S) (S[A^T A - d_i; V](gV))^T + U diag(gS) V^T - U U^T gU diag(S)^-1 V^T + gU diag(S)^-1 V^T``
     """
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 2, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul_skew 2, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, transpose 4
     t0 = U.mT
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = t0 @ gU
     t3 = t2 * t1.unsqueeze(-2)
-    t4 = 0.5 * (t2 - t2.mT)
-    t5 = V.mT
-    t6 = t5 @ gV
-    t7 = 0.5 * (t6 - t6.mT)
-    t8 = t4 + t7
-    t9 = svds_F_times(S, t8, 1, rtol=cluster_rtol, broadening=broadening)
-    t10 = t4 - t7
-    t11 = svds_G_times(S, t10, 1, rtol=cluster_rtol, broadening=broadening)
-    t12 = t9 + t11 - t3
-    t13 = torch.diagonal_scatter(t12, t12.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t14 = U @ t13
-    t15 = A.mT
-    t16 = t15 @ A
-    t17 = S * S
-    t18 = t15 @ gU
-    t19 = t18 * t1.unsqueeze(-2)
-    t20 = -t19 - gV
-    t21 = _solvers.shifted_solve(t16, None, V, t17, t20)
-    t22 = A @ t21
-    t23 = gU * t1.unsqueeze(-2)
-    t24 = t22 + t23
-    t25 = t14 + t24
-    t26 = t25 @ t5
-    t27 = t21.mT
-    t28 = S.unsqueeze(-1) * t27
-    t29 = U @ t28
-    t30 = t26 + t29
-    return t30
+    t4 = V.mT
+    t5 = t4 @ gV
+    t6 = t2 + t5
+    t7 = svds_F_times(S, t6 - t6.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t8 = t2 - t5
+    t9 = svds_G_times(S, t8 - t8.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t10 = t9 + t7 - t3
+    t11 = torch.diagonal_scatter(t10, t10.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t12 = U @ t11
+    t13 = A.mT
+    t14 = t13 @ A
+    t15 = S * S
+    t16 = t13 @ gU
+    t17 = t16 * t1.unsqueeze(-2)
+    t18 = -t17 - gV
+    t19 = _solvers.shifted_solve(t14, None, V, t15, t18)
+    t20 = A @ t19
+    t21 = gU * t1.unsqueeze(-2)
+    t22 = t20 + t21
+    t23 = t12 + t22
+    t24 = t23 @ t4
+    t25 = t19.mT
+    t26 = S.unsqueeze(-1) * t25
+    t27 = U @ t26
+    t28 = t24 + t27
+    return t28
 
 
 def svds_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
@@ -185,16 +183,14 @@ def svds_gauge_clusters(U, S, V, gU, gV, cluster_rtol=None):
 
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
-    # Total ops: add 1, matmul 2, pairwise_mul 1, skew 2, transpose 2
+    # Total ops: add 1, matmul 2, pairwise_mul_skew 1, transpose 2
     t0 = U.mT
     t1 = t0 @ gU
-    t2 = 0.5 * (t1 - t1.mT)
-    t3 = V.mT
-    t4 = t3 @ gV
-    t5 = 0.5 * (t4 - t4.mT)
-    t6 = t2 + t5
-    t7 = svds_K_times(S, t6, 1, rtol=cluster_rtol)
-    return t7
+    t2 = V.mT
+    t3 = t2 @ gV
+    t4 = t1 + t3
+    t5 = svds_K_times(S, t4 - t4.mT, 0.5, rtol=cluster_rtol)
+    return t5
 
 
 def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None):
@@ -204,37 +200,35 @@ def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None)
 
     ``residual_clusters = K ∘ skew(U^T gU) + K ∘ skew(V^T gV)``
     """
-    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul 3, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, skew 2, transpose 4
+    # Total ops: add 7, add_diag 1, diag_mul 1, matmul 8, pairwise_mul_skew 3, reciprocal_masked 1, scale_cols 3, scale_rows 1, shifted_solve 1, transpose 4
     t0 = U.mT
     t1 = _degeneracy.reciprocal(S, cluster_rtol)
     t2 = t0 @ gU
     t3 = t2 * t1.unsqueeze(-2)
-    t4 = 0.5 * (t2 - t2.mT)
-    t5 = V.mT
-    t6 = t5 @ gV
-    t7 = 0.5 * (t6 - t6.mT)
-    t8 = t4 + t7
-    t9 = svds_F_times(S, t8, 1, rtol=cluster_rtol, broadening=broadening)
-    t10 = t4 - t7
-    t11 = svds_G_times(S, t10, 1, rtol=cluster_rtol, broadening=broadening)
-    t12 = t9 + t11 - t3
-    t13 = torch.diagonal_scatter(t12, t12.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
-    t14 = U @ t13
-    t15 = A.mT
-    t16 = t15 @ A
-    t17 = S * S
-    t18 = t15 @ gU
-    t19 = t18 * t1.unsqueeze(-2)
-    t20 = -t19 - gV
-    t21 = _solvers.shifted_solve(t16, None, V, t17, t20)
-    t22 = A @ t21
-    t23 = gU * t1.unsqueeze(-2)
-    t24 = t22 + t23
-    t25 = t14 + t24
-    t26 = t25 @ t5
-    t27 = t21.mT
-    t28 = S.unsqueeze(-1) * t27
-    t29 = U @ t28
-    t30 = t26 + t29
-    t31 = svds_K_times(S, t8, 1, rtol=cluster_rtol)
-    return t30, t31
+    t4 = V.mT
+    t5 = t4 @ gV
+    t6 = t2 + t5
+    t7 = svds_F_times(S, t6 - t6.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t8 = t2 - t5
+    t9 = svds_G_times(S, t8 - t8.mT, 0.5, rtol=cluster_rtol, broadening=broadening)
+    t10 = t9 + t7 - t3
+    t11 = torch.diagonal_scatter(t10, t10.diagonal(dim1=-2, dim2=-1) + gS, dim1=-2, dim2=-1)
+    t12 = U @ t11
+    t13 = A.mT
+    t14 = t13 @ A
+    t15 = S * S
+    t16 = t13 @ gU
+    t17 = t16 * t1.unsqueeze(-2)
+    t18 = -t17 - gV
+    t19 = _solvers.shifted_solve(t14, None, V, t15, t18)
+    t20 = A @ t19
+    t21 = gU * t1.unsqueeze(-2)
+    t22 = t20 + t21
+    t23 = t12 + t22
+    t24 = t23 @ t4
+    t25 = t19.mT
+    t26 = S.unsqueeze(-1) * t25
+    t27 = U @ t26
+    t28 = t24 + t27
+    t29 = svds_K_times(S, t6 - t6.mT, 0.5, rtol=cluster_rtol)
+    return t28, t29

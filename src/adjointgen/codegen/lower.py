@@ -157,6 +157,12 @@ class _Builder:
                     self.broadening_used = True
                     extra += ", broadening=broadening"
             attrs = [("fn", fn), ("extra", extra)]
+            if isinstance(x, MatAdd):  # F ∘ (Σ c_i skew(X_i)) = F ∘ skew(Σ c_i X_i): one projection
+                terms = [a.as_coeff_matrices() if isinstance(a, MatMul) else (sp.Integer(1), [a]) for a in x.args]
+                for node in (Skew, Sym):
+                    if all(len(ms) == 1 and isinstance(ms[0], node) for _, ms in terms):
+                        x = node(MatAdd(*[MatMul(c, ms[0].arg) if c != 1 else ms[0].arg for c, ms in terms]))
+                        break
             if isinstance(x, Skew):
                 return self.emit("pairwise_mul_skew", [vec, self.lower(x.arg)], "matrix", attrs)
             if isinstance(x, Sym):
