@@ -116,3 +116,29 @@ def test_reference_is_in_sync(root):
     r = subprocess.run([sys.executable, "-m", "adjointgen", "reference", "--check", str(root / "docs" / "reference.md")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_symbolic_verdicts_are_reused_only_for_the_same_sources(root, tmp_path):
+    """``generate`` reuses the symbolic verdicts recorded for unchanged sources (the checks are
+    deterministic); ``--fresh`` recomputes them, and any change to the derivation invalidates them."""
+    import json
+
+    _copy(root, tmp_path)
+    record = tmp_path / "generated" / "audit" / "inv.symbolic.json"
+    data = json.loads(record.read_text())
+    i = next(i for i, step in enumerate(data["steps"]) if step[3] == "verified")
+    data["steps"][i][3] = "not applicable (forged)"
+    record.write_text(json.dumps(data))
+
+    def generate(*args):
+        return subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", *args, "inv"],
+                              capture_output=True, text=True)
+
+    assert generate().returncode == 0  # reused: the forged verdict is carried over
+    assert "not applicable (forged)" in record.read_text()
+    r = generate("--check", "--fresh")  # recomputed: the check sees the difference
+    assert r.returncode == 1 and "forged" in r.stdout
+    source = tmp_path / "derivations" / "inv.py"
+    source.write_text(source.read_text() + "\n# an edit\n")
+    assert generate().returncode == 0  # new sources: every verdict recomputed
+    assert "forged" not in record.read_text()

@@ -30,7 +30,7 @@ def cmd_generate(args) -> int:
     project = _project(args)
     t0 = time.perf_counter()
     try:
-        files = gen.render(project, args.names, jobs=args.jobs)
+        files = gen.render(project, args.names, jobs=args.jobs, reuse=not args.fresh)
     except gen.GenerationFailed as exc:
         if exc.report_text:
             print(exc.report_text, file=sys.stderr)
@@ -150,6 +150,9 @@ def main(argv=None) -> int:
     g.add_argument("names", nargs="*", help="operations (default: all)")
     g.add_argument("--check", action="store_true", help="fail with a diff if the output package is out of date")
     g.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
+    g.add_argument("--fresh", action="store_true",
+                   help="recompute every symbolic check (by default a derivation whose sources, engine and SymPy "
+                        "are unchanged reuses the verdicts recorded in the output package)")
     g.set_defaults(func=cmd_generate)
     a = sub.add_parser("audit", help="print every derivation step with its residual")
     a.add_argument("names", nargs="*")

@@ -297,8 +297,18 @@ def _has_inverse(step) -> bool:
     return eq is not None and bool(eq.lhs.atoms(Inverse) | eq.rhs.atoms(Inverse))
 
 
-def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0) -> AuditReport:
-    """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict)."""
+def _reusable_verdict(verdict) -> bool:
+    return isinstance(verdict, str) and (verdict == "verified" or verdict.startswith("not applicable"))
+
+
+def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0,
+          known: dict | None = None) -> AuditReport:
+    """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict).
+
+    ``known``: symbolic verdicts of an earlier audit of the very same sources (derivation, helpers,
+    engine, SymPy version), ``{(index, kind, label): verdict}``; a step found there with a passing
+    verdict is not re-evaluated symbolically (the symbolic checks are deterministic).  Numeric
+    checks always run."""
     if d.sampler is None and d.error is None:
         raise DerivationError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
                               "(call d.instances(sampler, [dims, ...]) before the first step; see "
@@ -324,6 +334,8 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
             sym = f"FAILED: {step.note}"
         elif step.symbolic is None or not symbolic:
             sym = "not applicable (rests on an identity of the decomposition)" if step.symbolic is None else "skipped"
+        elif known is not None and _reusable_verdict(known.get((step.index, step.kind, step.label))):
+            sym = known[(step.index, step.kind, step.label)]
         else:
             try:
                 small = _has_inverse(step) or (d.steps[step.index - 2].equation is not None and step.index > 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 import runpy
 import sys
@@ -308,14 +309,67 @@ class Audited:
     op: object  # OperationIR or None
 
 
-def audit_one(root, name: str, *, symbolic: bool = True) -> Audited:
+#: where a generation records the symbolic verdicts of each derivation, in the output package
+SYMBOLIC_RECORD = "audit/{name}.symbolic.json"
+
+
+def _engine_digest() -> str:
+    """What the symbolic verdicts depend on besides the derivation: the engine's sources (the
+    calculus and the audit) and SymPy's version."""
+    import sympy
+
+    digest = hashlib.sha256(sympy.__version__.encode())
+    here = Path(__file__).resolve().parent.parent
+    for sub in ("calculus", "audit"):
+        for f in sorted((here / sub).glob("*.py")):
+            digest.update(f"{sub}/{f.name}".encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def symbolic_key(project: Project, derivation_path: Path) -> str:
+    """The key of a derivation's symbolic verdicts: its file and helpers, the engine, SymPy."""
+    digest = hashlib.sha256(_engine_digest().encode())
+    for s in [derivation_path, *helper_modules(derivation_path)]:
+        digest.update(_source_label(project, s).encode())
+        digest.update(Path(s).read_bytes())
+    return digest.hexdigest()
+
+
+def _known_verdicts(project: Project, name: str, key: str) -> dict | None:
+    """The verdicts the output package records for exactly these sources (``None``: none)."""
+    path = project.output / SYMBOLIC_RECORD.format(name=name)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("key") != key:
+        return None
+    return {(int(i), kind, label): verdict for i, kind, label, verdict in record.get("steps", [])}
+
+
+def _symbolic_record(key: str, report) -> str:
+    about = ("symbolic verdicts of the audit of these sources, reused by `adjointgen generate` while the key "
+             "(sha256 of the derivation, its helpers, the engine and SymPy's version) matches; "
+             "`adjointgen generate --fresh` and `adjointgen audit` recompute them")
+    steps = ",\n".join("  " + json.dumps([r.index, r.kind, r.label, r.symbolic], ensure_ascii=False)
+                       for r in report.steps)
+    return (f'{{\n "about": {json.dumps(about)},\n "key": {json.dumps(key)},\n "steps": [\n{steps}\n ]\n}}\n')
+
+
+def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False) -> Audited:
+    """Audit one derivation and lower it.  ``reuse``: take the symbolic verdicts the output package
+    records for these very sources instead of recomputing them (see :data:`SYMBOLIC_RECORD`)."""
     from ..audit import audit
     from .lower import lower_derivation
 
     project = _project(root)
     with project.importable():  # a forward the derivation declares may live in the project
         d = load_derivation(project, name, partial=True)
-        report = audit(d, symbolic=symbolic)
+        known = None
+        if reuse and symbolic:
+            known = _known_verdicts(project, name, symbolic_key(project, Path(d.path)))
+        report = audit(d, symbolic=symbolic, known=known)
     op = (lower_derivation(d, str(project.root), project.package, label=project.label(d.path))
           if report.passed and d.error is None else None)
     return Audited(d, report, op)
@@ -334,7 +388,7 @@ class GenerationFailed(Exception):
 
 
 def render(root, names: list[str] | None = None, *, jobs: int | None = None,
-           verify: bool = True) -> dict[Path, str]:
+           verify: bool = True, reuse: bool = True) -> dict[Path, str]:
     """Audit the named derivations (all by default) and render their files.
 
     Derivations are audited in parallel processes (``jobs``, default: the CPU count).  Raises
@@ -355,11 +409,11 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
         # longest first (file size as the proxy for audit time), so that no long one starts last
         order = sorted(names, key=lambda nm: -project.derivation_path(nm).stat().st_size)
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_render_operation, project, nm, verify) for nm in order]
+            futures = [pool.submit(_render_operation, project, nm, verify, reuse) for nm in order]
             by_name = dict(zip(order, [f.result() for f in futures]))
         results = [by_name[nm] for nm in names]
     else:
-        results = [_render_operation(project, name, verify) for name in names]
+        results = [_render_operation(project, name, verify, reuse) for name in names]
     files: dict[Path, str] = {}
     for result in results:
         if isinstance(result, (GenerationFailed, ProjectError)):
@@ -386,14 +440,14 @@ def _package_files(project: Project, names: list[str]) -> dict[Path, str]:
     return files
 
 
-def _render_operation(project: Project, name: str, verify: bool = True):
+def _render_operation(project: Project, name: str, verify: bool = True, reuse: bool = False):
     """Audit one derivation, render its files and verify them (run in a worker process)."""
     from ..audit import AuditError
     from ..calculus.algebra import DerivationError
 
     try:
         try:
-            a = audit_one(project, name)
+            a = audit_one(project, name, reuse=reuse)
         except DerivationError as exc:
             return GenerationFailed(str(exc))
         failed = a.report.first_failure()
@@ -455,6 +509,8 @@ def _render_files(project: Project, a: Audited):
         )
         files[path] = text
         texts[backend.name] = (path, text)
+    files[project.output / SYMBOLIC_RECORD.format(name=op.name)] = _symbolic_record(
+        symbolic_key(project, derivation_path), a.report)
     return files, texts
 
 
@@ -475,7 +531,7 @@ def stale(files: dict[Path, str], root) -> list[Path]:
     project = _project(root)
     produced = set(files)
     out = []
-    for pattern in BACKEND_DIRS.values():
+    for pattern in (*BACKEND_DIRS.values(), SYMBOLIC_RECORD):
         folder, _, name = pattern.partition("/")
         for p in sorted((project.output / folder).glob(name.format(name="*"))):
             if p not in produced:

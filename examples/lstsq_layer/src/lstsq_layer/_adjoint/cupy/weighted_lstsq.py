@@ -25,26 +25,24 @@ def weighted_lstsq_jvp(A, W, B, X, dA, dW, dB):
     ``dX = -(A^T W A)^-1 A^T W dA X + (A^T W A)^-1 A^T W dB - (A^T W A)^-1 A^T dW A X + (A^T W A)^-1 A^T dW B - (A^T W A)^-1 dA^T W A X + (A^T W A)^-1 dA^T W B``
     """
     xp = _array_module(A, W, B, X, dA, dW, dB)
-    # Total ops: add 4, matmul 9, scale 2, solve 1, transpose 2
+    # Total ops: add 4, matmul 9, solve 1, transpose 2
     t0 = xp.swapaxes(A, -1, -2)
     t1 = xp.matmul(W, A)
     t2 = xp.matmul(t0, t1)
     t3 = xp.matmul(dA, X)
-    t4 = -t3
-    t5 = dB + t4
-    t6 = xp.matmul(W, t5)
-    t7 = xp.matmul(A, X)
-    t8 = -t7
-    t9 = B + t8
-    t10 = xp.matmul(dW, t9)
-    t11 = t10 + t6
-    t12 = xp.matmul(t0, t11)
-    t13 = xp.swapaxes(dA, -1, -2)
-    t14 = xp.matmul(W, t9)
-    t15 = xp.matmul(t13, t14)
-    t16 = t12 + t15
-    t17 = xp.linalg.solve(t2, t16)
-    return t17
+    t4 = dB - t3
+    t5 = xp.matmul(W, t4)
+    t6 = xp.matmul(A, X)
+    t7 = B - t6
+    t8 = xp.matmul(dW, t7)
+    t9 = t8 + t5
+    t10 = xp.matmul(t0, t9)
+    t11 = xp.swapaxes(dA, -1, -2)
+    t12 = xp.matmul(W, t7)
+    t13 = xp.matmul(t11, t12)
+    t14 = t10 + t13
+    t15 = xp.linalg.solve(t2, t14)
+    return t15
 
 
 def weighted_lstsq_vjp(A, W, B, X, gX):
@@ -57,31 +55,28 @@ def weighted_lstsq_vjp(A, W, B, X, gX):
     ``gB = W A (A^T W A)^-1 gX``
     """
     xp = _array_module(A, W, B, X, gX)
-    # Total ops: add 3, matmul 12, scale 3, solve 1, solve_right 1, sym 2, transpose 4
+    # Total ops: add 3, matmul 12, solve 1, solve_right 1, sym 2, transpose 4
     t0 = xp.swapaxes(A, -1, -2)
     t1 = xp.matmul(W, A)
     t2 = xp.matmul(t0, t1)
     t3 = xp.swapaxes(X, -1, -2)
     t4 = xp.linalg.solve(t2, gX)
     t5 = xp.matmul(t4, t3)
-    t6 = -t5
-    t7 = xp.swapaxes(gX, -1, -2)
-    t8 = xp.swapaxes(xp.linalg.solve(xp.swapaxes(t2, -1, -2), xp.swapaxes(t7, -1, -2)), -1, -2)
-    t9 = xp.matmul(X, t8)
-    t10 = -t9
-    t11 = t10 + t6
-    t12 = xp.matmul(A, t11)
-    t13 = xp.matmul(B, t8)
-    t14 = t12 + t13
-    t15 = xp.matmul(W, t14)
-    t16 = 0.5 * (t5 + xp.swapaxes(t5, -1, -2))
-    t17 = xp.matmul(t16, t0)
-    t18 = xp.matmul(A, t17)
-    t19 = -t18
-    t20 = xp.swapaxes(B, -1, -2)
-    t21 = xp.matmul(A, t4)
-    t22 = xp.matmul(t21, t20)
-    t23 = 0.5 * (t22 + xp.swapaxes(t22, -1, -2))
-    t24 = t19 + t23
-    t25 = xp.matmul(W, t21)
-    return t15, t24, t25
+    t6 = xp.swapaxes(gX, -1, -2)
+    t7 = xp.swapaxes(xp.linalg.solve(xp.swapaxes(t2, -1, -2), xp.swapaxes(t6, -1, -2)), -1, -2)
+    t8 = xp.matmul(X, t7)
+    t9 = -t8 - t5
+    t10 = xp.matmul(A, t9)
+    t11 = xp.matmul(B, t7)
+    t12 = t10 + t11
+    t13 = xp.matmul(W, t12)
+    t14 = 0.5 * (t5 + xp.swapaxes(t5, -1, -2))
+    t15 = xp.matmul(t14, t0)
+    t16 = xp.matmul(A, t15)
+    t17 = xp.swapaxes(B, -1, -2)
+    t18 = xp.matmul(A, t4)
+    t19 = xp.matmul(t18, t17)
+    t20 = 0.5 * (t19 + xp.swapaxes(t19, -1, -2))
+    t21 = t20 - t16
+    t22 = xp.matmul(W, t18)
+    return t13, t21, t22
