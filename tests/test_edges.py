@@ -28,11 +28,13 @@ OPS = {
     "sqrtm": agt.sqrtm,
 }
 SPARSE = {"eigsh": lambda A: agt.eigsh(A, 1)[0], "svds": lambda A: agt.svds(A, 1)[1]}
+#: a scalar per matrix (of a 0 x 0 matrix too: det = 1)
+SCALAR = {"slogdet": lambda A: agt.slogdet(A)[1]}
 
 
-@pytest.mark.parametrize("name", sorted({**OPS, **SPARSE}))
+@pytest.mark.parametrize("name", sorted({**OPS, **SPARSE, **SCALAR}))
 def test_empty_batch_forward_and_backward(name):
-    fn = {**OPS, **SPARSE}[name]
+    fn = {**OPS, **SPARSE, **SCALAR}[name]
     A = spd(0, 3, 3).requires_grad_()
     y = fn(A)
     assert y.shape[0] == 0
@@ -55,10 +57,10 @@ def test_k_larger_than_an_empty_matrix_is_a_value_error(name):
         SPARSE[name](torch.zeros(2, 0, 0, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", sorted({**OPS, **SPARSE}))
+@pytest.mark.parametrize("name", sorted({**OPS, **SPARSE, **SCALAR}))
 def test_batched_cotangents(name):
     """jacrev and is_grads_batched run the backward under vmap: nothing in it may write in place."""
-    fn = {**OPS, **SPARSE}[name]
+    fn = {**OPS, **SPARSE, **SCALAR}[name]
     A = spd(4, 4, seed=2)
     J = torch.func.jacrev(fn)(A)
     y = fn(A)

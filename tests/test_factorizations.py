@@ -195,7 +195,7 @@ def test_slogdet_is_a_drop_in_with_a_constant_sign():
     assert torch.equal(ours.sign, theirs.sign) and rel(ours.logabsdet, theirs.logabsdet) < 1e-14
     Ar = A.clone().requires_grad_()
     sign, logabsdet = agt.slogdet(Ar)
-    assert not sign.requires_grad and logabsdet.requires_grad
+    assert logabsdet.requires_grad
     (g,) = torch.autograd.grad(logabsdet.sum(), Ar)
     assert rel(g, torch.linalg.inv(A).mT) < 1e-12  # d log|det A| / dA = A^-T
     # forward mode: the sign has no tangent, logabsdet has tr(A^-1 dA)
@@ -229,4 +229,30 @@ def test_slogdet_float32_singular_empty_and_errors():
     with pytest.raises(ValueError, match="NaN"):
         agt.slogdet(torch.full((2, 2), float("nan"), dtype=D))
     with pytest.raises(ValueError, match="float32/float64"):
-        agt.slogdet(torch.eye(2, dtype=torch.complex128))
+        agt.slogdet(torch.eye(2, dtype=torch.int64))
+
+
+def test_complex_slogdet_matches_torch_in_value_gradient_and_forward_mode():
+    g = gen(73)
+    A = torch.randn(2, 4, 4, dtype=torch.complex128, generator=g) + 2 * torch.eye(4, dtype=torch.complex128)
+    ours, theirs = agt.slogdet(A), torch.linalg.slogdet(A)
+    assert rel(ours.sign, theirs.sign) < 1e-14 and rel(ours.logabsdet, theirs.logabsdet) < 1e-14
+    assert ours.logabsdet.dtype == torch.float64
+    # a loss on both outputs: the phase enters through sign
+    c = torch.randn(2, dtype=torch.complex128, generator=g)
+    loss = lambda f: lambda a: (f(a)[0] * c).real.sum() + (f(a)[1] ** 2).sum()
+    g1 = torch.func.grad(loss(agt.slogdet))(A)
+    g2 = torch.func.grad(loss(torch.linalg.slogdet))(A)
+    assert rel(g1, g2) < 1e-12
+    dA = torch.randn(A.shape, dtype=torch.complex128, generator=g)
+    _, t1 = torch.func.jvp(lambda a: tuple(agt.slogdet(a)), (A,), (dA,))
+    _, t2 = torch.func.jvp(lambda a: tuple(torch.linalg.slogdet(a)), (A,), (dA,))
+    assert all(rel(x, y) < 1e-12 for x, y in zip(t1, t2))
+    Ar = A[0].clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a: tuple(agt.slogdet(a)), (Ar,))
+    assert torch.autograd.gradgradcheck(lambda a: tuple(agt.slogdet(a)), (Ar,))
+    # a real matrix: the sign has zero derivative, as torch's
+    R = torch.randn(4, 4, dtype=D, generator=g).requires_grad_()
+    sign, logabsdet = agt.slogdet(R)
+    (gs,) = torch.autograd.grad(sign, R)
+    assert torch.equal(gs, torch.zeros_like(gs))

@@ -215,3 +215,56 @@ def test_the_catalogue_is_audited_from_anywhere(tmp_path):
     r = run("--catalogue", "audit", "inv", "--numeric-only", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "PASSED" in r.stdout
+
+
+SIGNED_LOGDET = '''\
+import numpy as np
+from adjointgen.audit import fd_tangents
+from adjointgen.calculus import Derivation, LogAbsDet
+
+def forward(A):
+    sign, logabsdet = np.linalg.slogdet(A)
+    return {"sign": np.array([[sign]]), "logabsdet": np.array([[logabsdet]])}
+
+def sample(rng, n):
+    A = rng.standard_normal((n, n)) + n * np.eye(n)
+    dA = rng.standard_normal((n, n))
+    base, tan = fd_tangents(forward, {"A": A}, {"A": dA})
+    return {"A": A, "dA": dA, "sign": base["sign"], "logabsdet": base["logabsdet"], "dlogabsdet": tan["logabsdet"]}
+
+d = Derivation("signed_logdet", __file__, title="sign and log|det| of a real matrix")
+n = d.dim("n")
+A = d.input("A", n, n)
+sign = d.output("sign", 1, 1, constant=True)
+logabsdet = d.output("logabsdet", 1, 1)
+d.api_outputs("sign", "logabsdet")
+d.forward(torch="torch.linalg.slogdet", numpy="xp.linalg.slogdet")
+d.instances(sample, [{"n": 3}, {"n": 4}])
+s = d.differentiate(d.identity("logabsdet = log|det A|", logabsdet, LogAbsDet(A)))
+d.set_jvp(dlogabsdet=d.solve_for(s, d.tangent(logabsdet)))
+d.derive_vjp()
+'''
+
+
+def test_scalar_and_piecewise_constant_outputs_of_your_own(tmp_path, monkeypatch):
+    """A derivation with a scalar output (``1×1``, returned with the batch shape) and a piecewise
+    constant one (no tangent, no rule, returned not differentiable)."""
+    import torch
+
+    (tmp_path / "derivations").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.adjointgen]\npackage = "sld._adjoint"\noutput = "sld/_adjoint"\n')
+    (tmp_path / "derivations" / "signed_logdet.py").write_text(SIGNED_LOGDET)
+    project = load_project(tmp_path)
+    gen.write(gen.render(project, jobs=1))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("sld._adjoint.torch.signed_logdet")
+    A = torch.randn(3, 4, 4, dtype=torch.float64).requires_grad_()
+    sign, logabsdet = module.signed_logdet(A)
+    assert sign.shape == logabsdet.shape == (3,) and not sign.requires_grad and logabsdet.requires_grad
+    assert torch.equal(sign, torch.linalg.slogdet(A.detach()).sign)
+    (g,) = torch.autograd.grad(logabsdet.sum(), A)
+    assert torch.allclose(g, torch.linalg.inv(A.detach()).mT, rtol=1e-12, atol=1e-12)
+    dA = torch.randn(A.shape, dtype=torch.float64)
+    _, (dsign, dlog) = torch.func.jvp(module.signed_logdet, (A.detach(),), (dA,))
+    assert torch.equal(dsign, torch.zeros_like(dsign))
+    assert torch.allclose(dlog, torch.linalg.solve(A.detach(), dA).diagonal(dim1=-2, dim2=-1).sum(-1), rtol=1e-12)

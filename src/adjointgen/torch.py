@@ -60,18 +60,20 @@ def inv(A: torch.Tensor) -> torch.Tensor:
 
 def slogdet(A: torch.Tensor):
     """Sign and logarithm of the absolute value of the determinant, as :func:`torch.linalg.slogdet`:
-    a named tuple ``(sign, logabsdet)`` of shape ``(...)`` for ``A`` of shape ``(..., n, n)``.
+    a named tuple ``(sign, logabsdet)`` of shape ``(...)`` for ``A`` of shape ``(..., n, n)``, real or
+    complex (``sign`` is then a unit phase, ``logabsdet`` real).
 
-    The rule is derived in ``derivations/slogdet.py`` from ``logabsdet = log|det A|`` by Jacobi's
-    formula: ``d logabsdet = tr(A^-1 dA)``, ``gA = g A^-T``.  The backward reuses the LU factors of
-    the forward (one triangular solve pair, no new factorization); ``sign`` is piecewise constant and
-    not differentiable.  Reverse and forward mode, ``torch.func`` transforms, higher derivatives;
-    float32/float64, CPU/CUDA.  A singular ``A`` gives ``sign = 0``, ``logabsdet = -inf``, as
-    torch does (its gradient is then infinite).
+    The rules are derived in ``derivations/slogdet.py`` from ``logabsdet = log|det A|`` and
+    ``sign = det A / |det A|`` by Jacobi's formula: with ``t = tr(A^-1 dA)``,
+    ``d logabsdet = Re t``, ``d sign = i Im(t) sign`` (zero for real ``A``), and
+    ``gA = A^-H (g + i Im(h conj(sign)))`` for cotangents ``g``, ``h``.  The backward reuses the LU
+    factors of the forward (one triangular solve pair, no new factorization).  Reverse and forward
+    mode, ``torch.func`` transforms, higher derivatives; float32/float64/complex64/complex128,
+    CPU/CUDA.  A singular ``A`` gives ``sign = 0``, ``logabsdet = -inf``, as torch does (its gradient
+    is then infinite).
 
     Raises:
-        ValueError: not a square floating matrix, NaN/Inf, complex input (the derivation is real;
-            ``torch.linalg.slogdet`` covers complex matrices).
+        ValueError: not a square floating matrix, NaN/Inf.
     """
     sign, logabsdet = _slogdet.slogdet(A)
     return torch.return_types.linalg_slogdet((sign, logabsdet))

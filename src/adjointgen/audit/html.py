@@ -21,7 +21,8 @@ __all__ = ["MathML", "mathml", "write_site"]
 
 class MathML(MathMLPresentationPrinter):
     """SymPy's presentation MathML printer, taught adjointgen's nodes: ``diag``, ``sym``, ``skew``,
-    the projected shifted solve, pairwise matrices, triangular projections; ``^T`` printed as
+    the projected shifted solve, pairwise matrices, triangular projections, traces and
+    determinants; ``^T`` printed as
     ``^H`` for complex derivations."""
 
     def __init__(self, complex_: bool = False):
@@ -59,6 +60,21 @@ class MathML(MathMLPresentationPrinter):
 
     def _print_StrictlyLower(self, e):
         return self._function("tril₋", e.arg)
+
+    def _print_Trace(self, e):
+        return self._function("tr", e.arg)
+
+    def _print_LogAbsDet(self, e):
+        return self._function("log|det|", e.arg)
+
+    def _print_SignDet(self, e):
+        return self._function("sgn det", e.arg)
+
+    def _print_ScalarIdentity(self, e):  # g I
+        row = self.dom.createElement("mrow")
+        row.appendChild(self._print(e.arg))
+        row.appendChild(self._print_Identity(None))
+        return row
 
     def _print_DiagFunction(self, e):
         return self._function(e.label, e.arg)

@@ -25,8 +25,8 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import (DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew,
-                    StrictlyLower, Structure, Sym, Trace)
+from .nodes import (DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, SignDet,
+                    Skew, StrictlyLower, Structure, Sym, Trace)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
@@ -64,10 +64,21 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Transpose(atom),))]
     if isinstance(atom, Transpose):
         return [(sp.Integer(1), (atom.arg,))]
-    if isinstance(atom, (Identity, DiagFunction, LogAbsDet, ScalarIdentity)):
+    if isinstance(atom, (Identity, DiagFunction, LogAbsDet)):
         return [(sp.Integer(1), (atom,))]
-    if isinstance(atom, Trace):  # tr(X)^T = tr(X) = tr(X^T)
-        return [(sp.Integer(1), (atom,))]
+    if isinstance(atom, Trace):  # tr(X)^H = tr(X^H) (the same for real data)
+        if not structure.complex:
+            return [(sp.Integer(1), (atom,))]
+        return expand(Trace(Transpose(atom.arg)), structure)
+    if isinstance(atom, SignDet):  # conj(det A)/|det A| = sgn det(A^H)
+        if not structure.complex:
+            return [(sp.Integer(1), (atom,))]
+        return [(sp.Integer(1), (SignDet(normalize(Transpose(atom.arg), structure)),))]
+    if isinstance(atom, ScalarIdentity):  # (g I)^H = g^H I
+        if not structure.complex:
+            return [(sp.Integer(1), (atom,))]
+        return [(c, (ScalarIdentity(_monomial(sp.Integer(1), fs), atom.shape[0]),))
+                for c, fs in expand(Transpose(atom.arg), structure)]
     if isinstance(atom, Inverse):
         inner = normalize(Transpose(atom.arg), structure)
         return [(sp.Integer(1), (Inverse(inner),))]
@@ -103,8 +114,17 @@ def is_diagonal_factor(f, structure: Structure) -> bool:
 def hermiticity(f, structure: Structure) -> int | None:
     """For a diagonal factor: ``+1`` if it is real (Hermitian), ``-1`` if imaginary
     (anti-Hermitian), ``None`` if unknown.  Every diagonal factor is real in a real derivation."""
-    if isinstance(f, (Identity, DiagFunction, ScalarIdentity)):
+    if isinstance(f, (Identity, DiagFunction)):
         return 1
+    if isinstance(f, ScalarIdentity):  # g I is as Hermitian as the 1×1 g
+        if not structure.complex:
+            return 1
+        g = f.arg
+        if isinstance(g, Sym) or (isinstance(g, MatrixSymbol) and structure.is_symmetric(g.name)):
+            return 1
+        if isinstance(g, Skew) or (isinstance(g, MatrixSymbol) and g.name in structure.skew):
+            return -1
+        return None
     if isinstance(f, Inverse):
         f = f.arg
     if isinstance(f, MatrixSymbol) and f.name in structure.diagonal:
@@ -339,6 +359,9 @@ def _cancel_sum_inverses(terms: list[Term], structure: Structure) -> list[Term]:
 
 def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure) -> list[Term]:
     """Apply a linear node to a term list, distributing over the sum and pulling out scalars."""
+    if tuple(shape) == (1, 1) and node_type in (Sym, Skew, DiagPart) and not structure.complex:
+        # a real 1×1 value is its own transpose and diagonal: sym(x) = diag(x) = x, skew(x) = 0
+        return [] if node_type is Skew else collect(inner_terms)
     out: list[Term] = []
     for c, fs in inner_terms:
         inner = _monomial(sp.Integer(1), fs)
@@ -517,8 +540,8 @@ def expand(expr, structure: Structure) -> list[Term]:
     if isinstance(expr, ScalarIdentity):  # (c g) I = c (g I)
         n = expr.shape[0]
         return collect((c, (ScalarIdentity(_monomial(sp.Integer(1), fs), n),)) for c, fs in expand(expr.arg, structure))
-    if isinstance(expr, LogAbsDet):
-        return [(sp.Integer(1), (LogAbsDet(normalize(expr.arg, structure)),))]
+    if isinstance(expr, (LogAbsDet, SignDet)):
+        return [(sp.Integer(1), (type(expr)(normalize(expr.arg, structure)),))]
     raise DerivationError(f"cannot normalise {type(expr).__name__}: {expr}")
 
 
@@ -592,9 +615,12 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
     if isinstance(expr, ScalarIdentity):
         dg = differential(expr.arg, tangent)
         return ZeroMatrix(*shape) if isinstance(dg, ZeroMatrix) else ScalarIdentity(dg, shape[0])
-    if isinstance(expr, LogAbsDet):  # Jacobi's formula: d log|det A| = tr(A^-1 dA)
+    if isinstance(expr, LogAbsDet):  # Jacobi's formula: d log|det A| = Re tr(A^-1 dA)
         dm = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Trace(MatMul(Inverse(expr.arg), dm))
+        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Sym(Trace(MatMul(Inverse(expr.arg), dm)))
+    if isinstance(expr, SignDet):  # d (det A / |det A|) = i Im tr(A^-1 dA) (det A / |det A|)
+        dm = differential(expr.arg, tangent)
+        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else MatMul(Skew(Trace(MatMul(Inverse(expr.arg), dm))), expr)
     if isinstance(expr, HadamardProduct):
         terms = []
         for i, a in enumerate(expr.args):

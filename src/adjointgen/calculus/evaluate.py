@@ -21,7 +21,7 @@ from sympy.matrices.expressions import (
 )
 
 from .nodes import (DI, DJ, DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve,
-                    Skew, StrictlyLower, Sym, Trace)
+                    SignDet, Skew, StrictlyLower, Sym, Trace)
 
 
 class NotExplicit(Exception):
@@ -72,6 +72,10 @@ class _Numpy:
     @staticmethod
     def logabsdet(a):
         return np.array([[np.linalg.slogdet(a)[1]]])
+
+    @staticmethod
+    def signdet(a):
+        return np.array([[np.linalg.slogdet(a)[0]]])
 
     @staticmethod
     def scalar(g, n):
@@ -176,8 +180,19 @@ class _Sympy:
 
     @staticmethod
     def logabsdet(a):
-        # log(det A): the same derivative as log|det A| wherever det A != 0, and no Abs to simplify
-        return sp.Matrix([[sp.log(a.det())]])
+        # (log det A + log conj(det A)) / 2: the derivative of log|det A| wherever det A != 0, with
+        # no Abs to simplify (log(det A) itself for real entries)
+        det = a.det()
+        if all(x.is_real for x in det.free_symbols):
+            return sp.Matrix([[sp.log(det)]])
+        return sp.Matrix([[(sp.log(det) + sp.log(sp.conjugate(det))) / 2]])
+
+    @staticmethod
+    def signdet(a):
+        det = a.det()
+        if all(x.is_real for x in det.free_symbols):
+            raise NotExplicit("the sign of a real determinant is piecewise constant")
+        return sp.Matrix([[sp.sqrt(det / sp.conjugate(det))]])
 
     @staticmethod
     def scalar(g, n):
@@ -321,6 +336,8 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
             return arith.trace(ev(e.arg))
         if isinstance(e, LogAbsDet):
             return arith.logabsdet(ev(e.arg))
+        if isinstance(e, SignDet):
+            return arith.signdet(ev(e.arg))
         if isinstance(e, ScalarIdentity):
             return arith.scalar(ev(e.arg), size(e.shape[0]))
         if isinstance(e, LowerHalf):

@@ -26,6 +26,7 @@ __all__ = [
     "LogAbsDet",
     "SameCluster",
     "ScalarIdentity",
+    "SignDet",
     "Trace",
     "ShiftedSolve",
     "DiagPart",
@@ -224,17 +225,33 @@ class _ScalarNode(MatrixExpr):
 
 class Trace(_ScalarNode):
     """``tr(X)`` of a square matrix, as a ``1×1`` matrix.  Linear; its adjoint maps a ``1×1``
-    cotangent ``g`` to ``g I`` (:class:`ScalarIdentity`): ``<g, tr(X)> = <g I, X>``."""
+    cotangent ``g`` to ``g I`` (:class:`ScalarIdentity`): ``<g, tr(X)> = <g I, X>``.  Its
+    conjugate is ``tr(X^H)`` (the normal form moves the transpose inside)."""
 
     _label = "tr"
+
+    def _eval_transpose(self):
+        return None  # tr(X)^H = tr(X^H): not itself for complex data; the normal form moves it inside
 
 
 class LogAbsDet(_ScalarNode):
     """``log|det A|`` of a square matrix, as a ``1×1`` matrix.  Its differential is Jacobi's
-    formula, ``d log|det A| = tr(A^-1 dA)`` (real ``A``), the engine's differentiation rule for
-    this node; every use is checked against finite differences like any other step."""
+    formula, ``d log|det A| = sym(tr(A^-1 dA))`` (the real part; ``tr(A^-1 dA)`` for real ``A``),
+    the engine's differentiation rule for this node; every use is checked against finite
+    differences like any other step."""
 
     _label = "log|det|"
+
+
+class SignDet(_ScalarNode):
+    """``det A / |det A|`` (``±1`` for real ``A``, a unit phase for complex ``A``), as a ``1×1``
+    matrix.  Its differential, the engine's rule for this node, is ``skew(tr(A^-1 dA)) sgn(A)``
+    (``i Im tr(A^-1 dA)`` times the phase; zero for real ``A``)."""
+
+    _label = "sgn det"
+
+    def _eval_transpose(self):
+        return None  # the conjugate of a phase: not itself in a complex derivation
 
 
 class ScalarIdentity(MatrixExpr):

@@ -46,6 +46,11 @@ OPS = {
     "scale_by": "a b for a scalar a (one per batch element) and a matrix b",
     "scale_by_vector": "a b for a scalar a (one per batch element) and a vector b",
     "inverse_lu": "A^-1 through the LU factors the forward saved (or A itself)",
+    "conj": "the conjugate of a scalar (itself for real data)",
+    "real_part": "the real part of a scalar, sym of a 1×1 value (itself for real data)",
+    "imaginary_part": "i times the imaginary part of a scalar, skew of a 1×1 value (0 for real data)",
+    "scalar_mul": "the product of two scalars",
+    "zeros_like": "a zero value of the shape of a",
 }
 
 

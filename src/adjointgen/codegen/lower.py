@@ -18,6 +18,7 @@ from sympy.matrices.expressions import (
     MatMul,
     MatrixSymbol,
     Transpose,
+    ZeroMatrix,
 )
 
 from sympy.printing.str import StrPrinter
@@ -114,6 +115,7 @@ class _Builder:
         if isinstance(e, MatMul):
             c, mats = e.as_coeff_matrices()
             mats = [m for m in mats if not isinstance(m, Identity)]
+            mats = [_merged_scalar_identity(m) for m in mats]
             scalars = [m for m in mats if isinstance(m, ScalarIdentity)]  # g I: a multiplication by g
             mats = [m for m in mats if not isinstance(m, ScalarIdentity)]
             if not mats:
@@ -137,6 +139,8 @@ class _Builder:
             inner = self.lower(e.arg)
             if self.kind(inner) == "diag":
                 return inner
+            if self.kind(inner) == "scalar":  # a 1×1 value: its conjugate (itself for real data)
+                return self.emit("conj", [inner], "scalar")
             return self.emit("transpose", [inner], "matrix")
         if isinstance(e, HadamardProduct):
             pw = [a for a in e.args if isinstance(a, PairwiseMatrix)]
@@ -196,6 +200,11 @@ class _Builder:
             A, B, U, D = e.operator
             b = "None" if isinstance(B, Identity) else self.lower(B)
             return self.emit("shifted_solve", [self.lower(A), b, self.lower(U), self.lower(D), self.lower(e.arg)], "matrix")
+        if isinstance(e, (Sym, Skew, DiagPart)) and e.shape == (1, 1):  # of a 1×1 value: its real / imaginary part
+            inner = self.lower(e.arg)
+            if isinstance(e, DiagPart):
+                return inner
+            return self.emit("real_part" if isinstance(e, Sym) else "imaginary_part", [inner], "scalar")
         if isinstance(e, DiagPart) and isinstance(e.arg, (Sym, Skew)):
             inner = self.lower(e.arg.arg)
             if self.kind(inner) == "diag":
@@ -285,6 +294,8 @@ class _Builder:
         if isinstance(b, _Inverse):  # a M^-1: a solve from the right
             return self.emit("solve_right", [a, b.value], "matrix", [("structure", b.structure)])
         ka, kb = self.kind(a), self.kind(b)
+        if ka == "scalar" and kb == "scalar":
+            return self.emit("scalar_mul", [a, b], "scalar")
         if ka == "diag" and kb == "diag":
             return self.emit("diag_mul", [a, b], "diag")
         if ka == "diag":
@@ -524,7 +535,13 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):
-            v = b.lower(exprs[key])
+            if isinstance(exprs[key], ZeroMatrix):  # a tangent that vanishes (the sign of a real determinant)
+                ref = params.get(key[1:]) if key[:1] in ("d", "g") else None
+                if ref is None:
+                    raise LoweringError(f"{d.path}: {key} is zero and has no value to take its shape from")
+                v = b.emit("zeros_like", [ref.name], ref.kind)
+            else:
+                v = b.lower(exprs[key])
             outs.append((out_names[key], v, b.kind(v)))
         values, outs = _prune(b.values, outs)
         factor_params = tuple(Param(name, sym, kind, "factor") for sym, names in sorted(factorized.items())
@@ -660,6 +677,19 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
             {p.symbol for r in (jvp, vjp) for p in r.params if p.role == PAIRWISE_ROLE})),
         second_order=d.second is not None,
     )
+
+
+def _merged_scalar_identity(m):
+    """``g I + h I`` (a factor the rewriting for code gathered) as ``(g + h) I``."""
+    if not isinstance(m, MatAdd):
+        return m
+    parts = []
+    for a in m.args:
+        c, ms = a.as_coeff_matrices() if isinstance(a, MatMul) else (sp.Integer(1), [a])
+        if len(ms) != 1 or not isinstance(ms[0], ScalarIdentity):
+            return m
+        parts.append(MatMul(c, ms[0].arg) if c != 1 else ms[0].arg)
+    return ScalarIdentity(MatAdd(*parts), m.shape[0])
 
 
 def _prune(values: list[Value], outs: list) -> tuple[tuple[Value, ...], list]:

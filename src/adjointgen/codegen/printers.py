@@ -118,6 +118,11 @@ TORCH = ArrayPrinter(
         "sum": "{0}.sum(-1)",
         "scale_by": "{0}[..., None, None] * {1}",
         "scale_by_vector": "{0}[..., None] * {1}",
+        "conj": "{0}",
+        "real_part": "{0}",
+        "imaginary_part": "torch.zeros_like({0})",
+        "scalar_mul": "{0} * {1}",
+        "zeros_like": "torch.zeros_like({0})",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -129,6 +134,9 @@ TORCH = ArrayPrinter(
         "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mH, 0.5{extra})",
         "diag_sym": "{0}.diagonal(dim1=-2, dim2=-1).real",
         "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).imag",
+        "conj": "{0}.conj()",
+        "real_part": "{0}.real",
+        "imaginary_part": "1j * {0}.imag",
     },
 )
 
@@ -178,6 +186,11 @@ XP = ArrayPrinter(
         "sum": "{0}.sum(-1)",
         "scale_by": "xp.asarray({0})[..., None, None] * {1}",
         "scale_by_vector": "xp.asarray({0})[..., None] * {1}",
+        "conj": "{0}",
+        "real_part": "{0}",
+        "imaginary_part": "0 * {0}",
+        "scalar_mul": "{0} * {1}",
+        "zeros_like": "xp.zeros_like({0})",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",
@@ -191,6 +204,9 @@ XP = ArrayPrinter(
         "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True{extra})",
         "diag_sym": "xp.diagonal({0}, axis1=-2, axis2=-1).real.copy()",
         "diag_skew": "1j * xp.diagonal({0}, axis1=-2, axis2=-1).imag",
+        "conj": "xp.conj({0})",
+        "real_part": "xp.real({0})",
+        "imaginary_part": "1j * xp.imag({0})",
     },
 )
 

@@ -82,13 +82,14 @@ def qr(A):
 
 
 def slogdet(A):
-    """``(sign, logabsdet, LU, pivots)``: ``torch.linalg.slogdet(A)`` and the LU factors it is
-    computed from, which the backward reuses.  A singular ``A`` gives ``(0, -inf)``, as torch."""
+    """``(sign, logabsdet, LU, pivots)``: ``torch.linalg.slogdet(A)`` (real or complex ``A``) and the
+    LU factors it is computed from, which the backward reuses.  A singular ``A`` gives
+    ``(0, -inf)``, as torch."""
     LU, pivots, _ = torch.linalg.lu_factor_ex(A)
     diagonal = LU.diagonal(dim1=-2, dim2=-1)
     n = A.shape[-1]
     swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
     parity = 1 - 2 * (swaps % 2).to(A.dtype)
-    sign = parity * diagonal.sign().prod(-1)
+    sign = parity * diagonal.sgn().prod(-1)  # a unit phase for complex A, 0 for a singular one
     logabsdet = diagonal.abs().log().sum(-1)
     return sign, logabsdet, LU, pivots
