@@ -268,3 +268,18 @@ def test_scalar_and_piecewise_constant_outputs_of_your_own(tmp_path, monkeypatch
     _, (dsign, dlog) = torch.func.jvp(module.signed_logdet, (A.detach(),), (dA,))
     assert torch.equal(dsign, torch.zeros_like(dsign))
     assert torch.allclose(dlog, torch.linalg.solve(A.detach(), dA).diagonal(dim1=-2, dim2=-1).sum(-1), rtol=1e-12)
+
+
+def test_a_package_folder_is_never_put_on_the_import_path(tmp_path):
+    """The installed catalogue's root is the adjointgen package itself; putting it on sys.path
+    would let adjointgen/torch.py shadow torch in the generation's workers."""
+    from adjointgen.project import Project
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    project = Project(root=pkg, config_file=pkg / "pyproject.toml", derivations=pkg, package="pkg.generated",
+                      output=pkg / "generated", backends=("torch",), templates=None)
+    before = list(sys.path)
+    with project.importable():
+        assert str(pkg) not in sys.path and sys.path == before

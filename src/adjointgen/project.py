@@ -95,7 +95,10 @@ class Project:
     def importable(self):
         """The project's own modules importable (its root and ``src/``), e.g. a forward computation
         in the user's package while the audit or the verification of generated code runs it."""
-        extra = [p for p in (str(self.root / "src"), str(self.root)) if p not in sys.path]
+        # a folder that is itself a package (the installed catalogue's root, adjointgen/) is never
+        # put on the path: its modules would shadow top-level ones (adjointgen/torch.py as torch)
+        extra = [str(p) for p in (self.root / "src", self.root)
+                 if p.is_dir() and str(p) not in sys.path and not (p / "__init__.py").is_file()]
         sys.path[:0] = extra
         try:
             yield
