@@ -6,7 +6,11 @@
 For each size and dtype: the median time of ``eigh`` followed by the backward of a loss with
 cotangents on ``w`` and ``V`` (random, on a matrix with a well-separated spectrum, so that neither
 library's degeneracy handling enters), for ``agt.eigh`` and ``torch.linalg.eigh``, and the ratio
-(below 1.0: faster).  Then the time of ``adjointgen generate --check`` for the whole catalogue.
+(below 1.0: faster).  Then the backward alone with the degeneracy handling on (cluster detection,
+the derived gauge residual's check where clusters exist, masked reciprocal gaps where values are
+not apart) and off (``adjointgen.runtime.gauge.disabled()``), against torch's backward, whose
+reciprocal gaps are not masked.  Then the time of ``adjointgen generate --check`` for the whole
+catalogue.
 """
 import argparse
 import os
@@ -17,9 +21,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import median_time, table  # noqa: E402
+from _timing import backward_time, median_time, table  # noqa: E402
 
 import adjointgen.torch as agt  # noqa: E402
+from adjointgen.runtime import gauge  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,6 +75,24 @@ def main(argv=None):
                             "anchor": "torch.linalg.eigh", "target": "<= 1.0"})
     print(f"eigh forward + backward on {args.device} ({torch.get_num_threads()} threads), median ms")
     print(table(rows, ["dtype", "n", "adjointgen", "torch", "ratio"]))
+    rows = []
+    for n in sizes:
+        g = torch.Generator().manual_seed(n + 1)
+        A = separated(n, torch.float64, args.device, g)
+        cot = (torch.randn(n, dtype=torch.float64, generator=g).to(args.device),
+               torch.randn(n, n, dtype=torch.float64, generator=g).to(args.device))
+        t_on = backward_time(agt.eigh, (A,), cot, sync=sync)
+        with gauge.disabled():
+            t_off = backward_time(agt.eigh, (A,), cot, sync=sync)
+        t_torch = backward_time(torch.linalg.eigh, (A,), cot, sync=sync)
+        rows.append((n, f"{t_on * 1e3:.2f}", f"{t_off * 1e3:.2f}", f"{t_torch * 1e3:.2f}", f"{t_on / t_off:.2f}",
+                     f"{t_on / t_torch:.2f}"))
+        results.append({"benchmark": "eigh", "case": f"backward, degeneracy handling on / off n={n} float64",
+                        "ratio": t_on / t_off, "anchor": "checks off", "target": "<= 1.05"})
+        results.append({"benchmark": "eigh", "case": f"backward, degeneracy handling on n={n} float64",
+                        "ratio": t_on / t_torch, "anchor": "torch backward (unmasked gaps)", "target": "<= 1.05"})
+    print("\neigh backward alone, float64, separated spectrum, median ms")
+    print(table(rows, ["n", "on", "off", "torch", "on/off", "on/torch"]))
     if not args.no_generate and not args.quick:
         dt, rc = generate_check_time()
         print(f"\nadjointgen generate --check (audit + render of the whole catalogue): {dt:.1f} s (exit {rc})")

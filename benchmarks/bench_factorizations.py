@@ -6,14 +6,12 @@ in one run, below 1.0: faster.
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import median_time, table  # noqa: E402
+from _timing import backward_time, median_time, table  # noqa: E402
 
 import adjointgen.torch as agt  # noqa: E402
 
@@ -25,24 +23,6 @@ def fwd_bwd(fn, inputs, grad):
         out = out if isinstance(out, tuple) else (out,)
         return torch.autograd.grad(out, xs, grad)
     return run
-
-
-def backward_time(fn, inputs, grad, *, repeats=7, warmup=2, sync=None):
-    """Median time of the backward alone: each repeat builds the forward graph untimed."""
-    times = []
-    for i in range(warmup + repeats):
-        xs = [x.detach().requires_grad_() for x in inputs]
-        out = fn(*xs)
-        out = out if isinstance(out, tuple) else (out,)
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        torch.autograd.grad(out, xs, grad)
-        if sync:
-            sync()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def cases(n, dtype, device, g):
