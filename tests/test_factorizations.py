@@ -256,3 +256,26 @@ def test_complex_slogdet_matches_torch_in_value_gradient_and_forward_mode():
     sign, logabsdet = agt.slogdet(R)
     (gs,) = torch.autograd.grad(sign, R)
     assert torch.equal(gs, torch.zeros_like(gs))
+
+
+@pytest.mark.parametrize("name", ["inv", "solve", "solve vector", "solve left=False"])
+def test_complex_inverse_and_solve_match_torch(name):
+    g = gen(80)
+    A = torch.randn(2, 4, 4, dtype=torch.complex128, generator=g) + 3 * torch.eye(4, dtype=torch.complex128)
+    B = torch.randn(2, 4, 3, dtype=torch.complex128, generator=g)
+    ours, theirs = {
+        "inv": (agt.inv, torch.linalg.inv),
+        "solve": (lambda a: agt.solve(a, B), lambda a: torch.linalg.solve(a, B)),
+        "solve vector": (lambda a: agt.solve(a, B[..., 0]), lambda a: torch.linalg.solve(a, B[..., 0])),
+        "solve left=False": (lambda a: agt.solve(a, B.mT, left=False), lambda a: torch.linalg.solve(a, B.mT, left=False)),
+    }[name]
+    assert rel(ours(A), theirs(A)) < 1e-13
+    C = torch.randn(theirs(A).shape, dtype=torch.complex128, generator=g)
+    g1 = torch.func.grad(lambda a: (ours(a) * C).real.sum())(A)
+    g2 = torch.func.grad(lambda a: (theirs(a) * C).real.sum())(A)
+    assert rel(g1, g2) < 1e-12
+    dA = torch.randn(A.shape, dtype=A.dtype, generator=g)
+    assert rel(torch.func.jvp(ours, (A,), (dA,))[1], torch.func.jvp(theirs, (A,), (dA,))[1]) < 1e-12
+    Ar = A[0].clone().requires_grad_()
+    f = (lambda a: ours(a.expand(2, 4, 4))[0]) if name != "inv" else agt.inv
+    assert torch.autograd.gradcheck(f, (Ar,)) and torch.autograd.gradgradcheck(f, (Ar,))

@@ -47,8 +47,8 @@ def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
 
 
 def inv(A: torch.Tensor) -> torch.Tensor:
-    """Matrix inverse, as :func:`torch.linalg.inv`, with the rule derived in ``derivations/inv.py``
-    (``dX = -X dA X``, ``gA = -X^T gX X^T``).
+    """Matrix inverse, as :func:`torch.linalg.inv` (real or complex), with the rule derived in
+    ``derivations/inv.py`` (``dX = -X dA X``, ``gA = -X^H gX X^H``).
 
     Raises:
         ValueError: not a square floating matrix, NaN/Inf;
@@ -80,10 +80,10 @@ def slogdet(A: torch.Tensor):
 
 
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tensor:
-    """Solution of ``A X = B`` (``left=False``: ``X A = B``), as :func:`torch.linalg.solve`: ``B`` of
-    shape ``(*, n, k)`` or a batch of vectors ``(*, n)``; batch dimensions broadcast.
+    """Solution of ``A X = B`` (``left=False``: ``X A = B``), as :func:`torch.linalg.solve`, real or
+    complex: ``B`` of shape ``(*, n, k)`` or a batch of vectors ``(*, n)``; batch dimensions broadcast.
 
-    The rule is derived in ``derivations/solve.py`` (``gB = A^-T gX``, ``gA = -gB X^T``); the
+    The rule is derived in ``derivations/solve.py`` (``gB = A^-H gX``, ``gA = -gB X^H``); the
     backward reuses the LU factors of the forward (and solves with ``A`` again only when a graph
     of the backward is recorded, for higher derivatives).
 
