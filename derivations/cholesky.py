@@ -21,26 +21,31 @@ def forward(A):
     return {"L": np.linalg.cholesky(A)}
 
 
-def sample(rng, n):
+def sample(rng, n, field):
     """A random SPD A (condition ~10), a symmetric direction dA, and dL by finite differences."""
-    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
-    A = (Q * rng.uniform(1, 10, n)) @ Q.T
-    A = (A + A.T) / 2
-    dA = rng.standard_normal((n, n))
-    dA = (dA + dA.T) / 2
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
+    Q, _ = np.linalg.qr(randn(n, n))
+    A = (Q * rng.uniform(1, 10, n)) @ Q.conj().T
+    A = (A + A.conj().T) / 2
+    dA = randn(n, n)
+    dA = (dA + dA.conj().T) / 2
     base, tangents = fd_tangents(forward, {"A": A}, {"A": dA})
     return {"A": A, "dA": dA, "L": base["L"], "dL": tangents["L"]}
 
 
 # ---------------------------------------------------------------- declarations
 d = Derivation("cholesky", __file__, title="Cholesky factorization A = L L^T (L lower triangular)",
-               references=("Murray, arXiv:1602.07527 (2016)", "Seeger et al., arXiv:1710.08717 (2017)"))
+               references=("Murray, arXiv:1602.07527 (2016)", "Seeger et al., arXiv:1710.08717 (2017)"), field="complex")
 n = d.dim("n")
 A = d.input("A", n, n, positive_definite=True)
-L = d.output("L", n, n, lower=True)
+L = d.output("L", n, n, lower=True, real_diagonal=True)  # positive diagonal, real for complex A too
 dA, dL = d.tangent(A), d.tangent(L)
 d.forward(torch="adjointgen.runtime.forward:cholesky", numpy="xp.linalg.cholesky", checked=("positive_definite",))
-d.instances(sample, [{"n": 3}, {"n": 4}, {"n": 6}])
+d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
+                     {"n": 6, "field": "real"}])
 
 chol = d.identity("A = L L^T", A, L * L.T)
 

@@ -29,13 +29,14 @@ __all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
-    """Cholesky factor of symmetric positive definite matrices, as :func:`torch.linalg.cholesky`:
-    ``A = L L^T`` with ``L`` lower triangular (``upper=True``: ``U = L^T``, ``A = U^T U``).
+    """Cholesky factor of symmetric (Hermitian) positive definite matrices, as
+    :func:`torch.linalg.cholesky`: ``A = L L^H`` with ``L`` lower triangular and a positive diagonal
+    (``upper=True``: ``U = L^H``, ``A = U^H U``); real or complex.
 
     The gradient is the rule derived in ``derivations/cholesky.py``,
-    ``gA = sym(L^-T Φ(L^T gL) L^-1)`` with ``Φ`` the lower triangle with the diagonal halved
+    ``gA = sym(L^-H Φ(L^H gL) L^-1)`` with ``Φ`` the lower triangle with the diagonal halved
     (reverse and forward mode, ``torch.func`` transforms, higher derivatives; batches
-    ``(..., n, n)``, float32/float64, CPU/CUDA).
+    ``(..., n, n)``, float32/float64/complex64/complex128, CPU/CUDA).
 
     Raises:
         ValueError: not a square floating matrix, NaN/Inf, not symmetric;
@@ -43,7 +44,7 @@ def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
             ``A`` is not positive definite, naming the batch index and the leading minor.
     """
     L = _cholesky.cholesky(A)
-    return L.mT if upper else L
+    return L.mH if upper else L
 
 
 def inv(A: torch.Tensor) -> torch.Tensor:

@@ -250,7 +250,9 @@ def _symbolic_env(d: Derivation, size: int = 3):
 
             def entry(i, j, name=name, side=side, diagonal=diagonal):
                 if i == j:
-                    return {"unit": sp.Integer(1), "zero": sp.Integer(0)}.get(diagonal, z(name, i, j))
+                    real = name in st.real_diagonal
+                    value = sp.Symbol(f"{name}_{i}{j}", real=True) if real else z(name, i, j)
+                    return {"unit": sp.Integer(1), "zero": sp.Integer(0)}.get(diagonal, value)
                 keep = i > j if side == "lower" else i < j
                 return z(name, i, j) if keep else sp.Integer(0)
 

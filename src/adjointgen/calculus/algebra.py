@@ -394,8 +394,10 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
                 out.append((c / 2, fs))
             continue
         if node_type is DiagPart:
-            if len(fs) == 1 and isinstance(fs[0], Transpose) and not structure.complex:
-                fs = (fs[0].arg,)  # diag(X^T) = diag(X)
+            if len(fs) == 1 and isinstance(fs[0], Transpose) and (
+                    not structure.complex or (isinstance(fs[0].arg, MatrixSymbol)
+                                              and fs[0].arg.name in structure.real_diagonal)):
+                fs = (fs[0].arg,)  # diag(X^T) = diag(X) (real data, or a real diagonal)
                 inner = fs[0]
             if len(fs) == 1 and isinstance(fs[0], MatrixSymbol):
                 if fs[0].name in structure.diagonal:

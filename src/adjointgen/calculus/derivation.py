@@ -353,7 +353,8 @@ class Derivation:
         return s
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
-               unit_diagonal=False, api=None, public=None, form=None, auxiliary=False, constant=False):
+               unit_diagonal=False, real_diagonal=False, api=None, public=None, form=None, auxiliary=False,
+               constant=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -363,7 +364,9 @@ class Derivation:
         as ``torch.linalg.svd`` returns it).
 
         ``lower``/``upper``: a triangular output (its tangent is triangular too);
-        ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular.
+        ``unit_diagonal``: its diagonal is one, so its tangent is strictly triangular;
+        ``real_diagonal``: its diagonal is real (and so is its tangent's), a convention of the
+        factorization in a complex derivation (the Cholesky factor's positive diagonal).
         ``auxiliary``: an intermediate the forward returns for the rules (the eigendecomposition of
         ``X = f(A)``), not returned by the public function and without a rule of its own.
         ``constant``: piecewise constant (the sign of ``det A``, a permutation): its derivative is
@@ -376,6 +379,10 @@ class Derivation:
         s = MatrixSymbol(name, rows, cols)
         self.outputs.append(s)
         self._triangular(name, lower, upper, unit_diagonal)
+        if real_diagonal:
+            if not (lower or upper):
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: real_diagonal needs lower=True or upper=True")
+            self.structure.real_diagonal |= {name, "d" + name}
         if diagonal:
             self.structure.diagonal |= {name, "d" + name, "g" + name}
         if orthonormal:
@@ -768,6 +775,13 @@ class Derivation:
             eq = Equation(StrictlyLower(Transpose(sym)) if lower else StrictlyLower(sym), ZeroMatrix(*sym.shape))
             self._record("triangular", f"{name} is {side} triangular: a product of {side} triangular factors", eq,
                          check=_equation_check(eq), note="the part on the other side of the diagonal vanishes")
+            if self.structure.complex and tri[1] == "general" and all(
+                    _real_diagonal_factor(f, self.structure) for f in terms[0][1]):
+                # the diagonal of a triangular product is the product of the diagonals
+                self.structure.real_diagonal.add(name)
+                eq = Equation(DiagPart(sym), DiagPart(Transpose(sym)))
+                self._record("triangular", f"{name} has a real diagonal: the product of real diagonals", eq,
+                             check=_equation_check(eq), note="diag(X) = diag(X^H)")
         if skew_by is not None:
             res = skew_by.residual_expr
             res, n = algebra.substitute_product(res, definition, sym, self.structure)
@@ -1656,6 +1670,13 @@ class Derivation:
         self.vjp_factors = getattr(self, "vjp_factors", {})
         self.vjp_factors["g" + s.name] = (algebra.simplify_for_codegen(L, self.structure),
                                           algebra.simplify_for_codegen(R, self.structure))
+
+
+def _real_diagonal_factor(f, structure) -> bool:
+    """A triangular factor (or its inverse) whose diagonal is real."""
+    if isinstance(f, Inverse):
+        f = f.arg
+    return isinstance(f, MatrixSymbol) and f.name in structure.real_diagonal
 
 
 # ---------------------------------------------------------------------- checks

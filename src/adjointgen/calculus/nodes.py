@@ -390,6 +390,9 @@ class Structure:
     upper: set[str] = field(default_factory=set)
     unit: set[str] = field(default_factory=set)
     strict: set[str] = field(default_factory=set)
+    #: triangular symbols whose diagonal is real (complex derivations: the Cholesky factor, whose
+    #: diagonal is positive, and its tangent)
+    real_diagonal: set[str] = field(default_factory=set)
 
     def is_symmetric(self, name: str) -> bool:
         return (name in self.symmetric or name in self.diagonal) and name not in self.skew
@@ -397,7 +400,8 @@ class Structure:
     def real(self) -> "Structure":
         """The same declarations for real matrices (the specialisation of a complex rule)."""
         return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False,
-                         dict(self.clustered), set(self.lower), set(self.upper), set(self.unit), set(self.strict))
+                         dict(self.clustered), set(self.lower), set(self.upper), set(self.unit), set(self.strict),
+                         set(self.real_diagonal))
 
     def triangle(self, name: str) -> tuple[str, str] | None:
         """``(side, diagonal)`` of a triangular symbol: side ``lower``/``upper``, diagonal
