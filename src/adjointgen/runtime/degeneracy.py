@@ -106,6 +106,23 @@ def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
 _RECENT: list = []
 
 
+def _host_array(x: torch.Tensor):
+    """``x`` as a NumPy array when it is a plain real CPU tensor (not a transform's wrapper), else ``None``."""
+    if x.device.type != "cpu" or x.is_complex():
+        return None
+    try:
+        from torch._C._functorch import is_functorch_wrapped_tensor
+
+        if is_functorch_wrapped_tensor(x):
+            return None
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    try:
+        return x.resolve_conj().resolve_neg().numpy()
+    except (RuntimeError, TypeError):  # no storage (a tensor subclass), an unsupported dtype
+        return None
+
+
 def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
     """Whether two entries of ``d`` (of ``d`` and ``-d`` for a ``sum``) are within ``rtol`` times the
     largest ``|d|``: sorted neighbours, on the host."""
@@ -116,10 +133,10 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
         if k == key and ref() is d:
             return answer
     x = d.detach()
-    if x.device.type == "cpu" and not x.is_complex():  # a host vector: NumPy's small-array calls are cheaper
+    v = _host_array(x)
+    if v is not None:  # a host vector: NumPy's small-array calls are cheaper than a dozen torch calls
         import numpy as np
 
-        v = x.resolve_conj().resolve_neg().numpy()
         scale = np.maximum(np.abs(v).max(-1, keepdims=True), np.finfo(v.dtype).tiny)
         v = v if kind == "difference" else np.concatenate([v, -v], axis=-1)  # d_i + d_j = d_i - (-d_j)
         answer = bool(v.shape[-1] >= 2 and (np.diff(np.sort(v, axis=-1), axis=-1) <= rtol * scale).any())
