@@ -303,3 +303,22 @@ def test_complex_cholesky_matches_torch():
         agt.cholesky(torch.diag(torch.tensor([1, -1, 2], dtype=torch.complex128)))
     with pytest.raises(ValueError, match="Hermitian"):
         agt.cholesky(torch.tensor([[2, 1j], [1j, 2]], dtype=torch.complex128))
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 3), (4, 4), (3, 5)])
+def test_complex_qr_matches_torch(shape):
+    """The complex derivation takes the diagonal of ``Q^H dA R^-1`` apart: the anti-Hermitian
+    ``Q^H dQ`` has an imaginary diagonal, ``dR R^-1`` a real one (LAPACK's R has a real diagonal)."""
+    g = gen(82)
+    A = torch.randn(*shape, dtype=torch.complex128, generator=g)
+    (Q1, R1), (Q2, R2) = agt.qr(A), torch.linalg.qr(A)
+    assert rel(Q1, Q2) < 1e-13 and rel(R1, R2) < 1e-13
+    CQ = torch.randn(Q2.shape, dtype=A.dtype, generator=g)
+    CR = torch.randn(R2.shape, dtype=A.dtype, generator=g)
+    loss = lambda f: lambda a: (lambda q, r: (q * CQ).real.sum() + (r * CR).real.sum())(*f(a))
+    assert rel(torch.func.grad(loss(agt.qr))(A), torch.func.grad(loss(torch.linalg.qr))(A)) < 1e-12
+    dA = torch.randn(A.shape, dtype=A.dtype, generator=g)
+    t1, t2 = torch.func.jvp(agt.qr, (A,), (dA,))[1], torch.func.jvp(torch.linalg.qr, (A,), (dA,))[1]
+    assert rel(t1[0], t2[0]) < 1e-12 and rel(t1[1], t2[1]) < 1e-12
+    Ar = A.reshape(-1, *shape[-2:])[0].clone().requires_grad_()
+    assert torch.autograd.gradcheck(agt.qr, (Ar,)) and torch.autograd.gradgradcheck(agt.qr, (Ar,))

@@ -108,10 +108,11 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tenso
 def qr(A: torch.Tensor, mode: str = "reduced"):
     """QR factorization, as :func:`torch.linalg.qr` (LAPACK's signs): ``A = Q R``.
 
+    Real or complex ``A`` (complex: ``R`` has a real diagonal, as LAPACK's).
     ``mode="reduced"``: ``Q (..., m, k)``, ``R (..., k, n)``, ``k = min(m, n)``; ``"complete"``:
     ``Q (..., m, m)``; ``"r"``: ``(empty Q, R)``.  The gradient of a tall or square ``A`` is the rule
     derived in ``derivations/qr.py``; a wide ``A = [X | Y]`` is factored as ``X = Q R_X``,
-    ``R = [R_X | Q^T Y]``, so its gradient flows through the same rule.  With ``mode="r"`` ``R`` is
+    ``R = [R_X | Q^H Y]``, so its gradient flows through the same rule.  With ``mode="r"`` ``R`` is
     differentiable too.  With ``mode="complete"`` and ``m > n`` the extra columns of ``Q`` are any
     orthonormal basis of the complement: a backward through them raises (as torch does).
 
@@ -120,13 +121,13 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
     """
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
-    checks.matrix_input(A, "A")
+    checks.matrix_input(A, "A", complex_ok=True)
     m, n = A.shape[-2:]
     if m >= n:
         Q, R = _qr.qr(A)
     else:
         Q, R_X = _qr.qr(A[..., :m])
-        R = torch.cat([R_X, Q.mT @ A[..., m:]], dim=-1)
+        R = torch.cat([R_X, Q.mH @ A[..., m:]], dim=-1)
     if mode == "r":
         return A.new_empty(0), R
     if mode == "complete" and m > n:

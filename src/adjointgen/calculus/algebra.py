@@ -138,7 +138,7 @@ def hermiticity(f, structure: Structure) -> int | None:
         if isinstance(a, Skew):
             return -1
         if isinstance(a, MatrixSymbol):
-            if structure.is_symmetric(a.name):
+            if structure.is_symmetric(a.name) or a.name in structure.real_diagonal:
                 return 1
             if a.name in structure.skew:
                 return -1

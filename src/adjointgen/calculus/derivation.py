@@ -943,15 +943,24 @@ class Derivation:
         self._record("triangular", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
-    def skew_from_lower(self, eq: Equation, unknown: MatrixSymbol, label=None) -> Equation:
+    def skew_from_lower(self, eq: Equation, unknown: MatrixSymbol, label=None, *,
+                        diagonal: Equation | None = None) -> Equation:
         """From ``tril₋(X) = R`` for a real skew-symmetric ``X`` (zero diagonal): ``X = R - R^T``.
 
+        In a complex derivation ``X`` is anti-Hermitian, its diagonal imaginary and not seen by
+        ``tril₋``: ``diagonal`` is the equation ``diag(X) = D`` the derivation found for it, and
+        ``X = R - R^H + D``.
+
         Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
-        for an explicit skew ``X``, the new residual is the old one minus its transpose.
+        for an explicit skew ``X``, the new residual is the old one minus its transpose (plus the
+        diagonal's residual).
         """
         label = label or f"solve for the skew {unknown.name} from its strictly lower part"
-        if unknown.name not in self.structure.skew or self.structure.complex:
-            self._fail(label, f"{unknown.name} must be a real skew-symmetric symbol")
+        if unknown.name not in self.structure.skew:
+            self._fail(label, f"{unknown.name} must be a skew-symmetric (anti-Hermitian) symbol")
+        if self.structure.complex and diagonal is None:
+            self._fail(label, f"the anti-Hermitian {unknown.name} has an imaginary diagonal that tril₋ does not see: "
+                              f"pass diagonal= (the equation diag({unknown.name}) = ...)")
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if fs == (StrictlyLower(unknown),)]
         others = [(c, fs) for c, fs in res if fs != (StrictlyLower(unknown),)]
@@ -959,14 +968,23 @@ class Derivation:
             self._fail(label, f"tril₋({unknown.name}) does not appear as a single bare term in {eq}")
         c = mine[0][0]
         R = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
-        new = Equation(unknown, self._norm(R - Transpose(R)))
+        value = R - Transpose(R)
+        if diagonal is not None:
+            if diagonal.lhs != DiagPart(unknown) or unknown.name in algebra.free_names(diagonal.rhs):
+                self._fail(label, f"diagonal= must solve for diag({unknown.name}), got {diagonal}")
+            value = value + diagonal.rhs
+        new = Equation(unknown, self._norm(value))
 
-        def symbolic(env, old=eq, new=new, c=c):
+        def symbolic(env, old=eq, new=new, c=c, diagonal=diagonal):
             r = _explicit(old.residual_expr, env) / c
-            return (r - r.T) - _explicit(new.residual_expr, env)
+            out = (r - r.H) - _explicit(new.residual_expr, env)
+            if diagonal is not None:
+                out = out + _explicit(diagonal.residual_expr, env)
+            return out
 
         self._record("solve", label, new, check=_equation_check(new), symbolic=symbolic,
-                     note=f"a skew {unknown.name} is tril₋({unknown.name}) - tril₋({unknown.name})^T")
+                     note=f"a skew {unknown.name} is tril₋({unknown.name}) - tril₋({unknown.name})^T"
+                          + (" + its diagonal" if diagonal is not None else ""))
         return new
 
     def hermitian_part(self, eq: Equation, label="Hermitian part") -> Equation:
