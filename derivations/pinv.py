@@ -1,4 +1,6 @@
-"""Moore–Penrose pseudo-inverse ``X = A⁺`` at constant rank, from the four Penrose identities.
+"""Moore–Penrose pseudo-inverse ``X = A⁺`` at constant rank, from the four Penrose identities, real
+or complex (the derivation runs over complex matrices, ``^T`` the conjugate transpose; the rules
+are also specialised to real data).
 
 ``A X A = A``, ``X A X = X``, ``(A X)^T = A X``, ``(X A)^T = X A``.  The tangent ``dX`` is split by
 the projectors ``X A`` and ``A X``: ``dX = XA dX AX + XA dX (I - AX) + (I - XA) dX AX +
@@ -14,33 +16,39 @@ from adjointgen.calculus import Derivation, Identity, Transpose
 
 
 # ---------------------------------------------------------------- numeric instances for the audit
-def sample(rng, m, n, r=None):
-    """A = L R^T of rank r; the direction dA = dL R^T + L dR^T keeps the rank, so finite
+def sample(rng, m, n, r=None, field="real"):
+    """A = L R^H of rank r; the direction dA = dL R^H + L dR^H keeps the rank, so finite
     differences of numpy.linalg.pinv measure the constant-rank derivative."""
+    def randn(*shape):
+        x = rng.standard_normal(shape)
+        return x + 1j * rng.standard_normal(shape) if field == "complex" else x
+
     r = r or min(m, n)
-    L, R = rng.standard_normal((m, r)), rng.standard_normal((n, r))
-    dL, dR = rng.standard_normal((m, r)), rng.standard_normal((n, r))
-    forward = lambda L, R: {"X": np.linalg.pinv(L @ R.T, rcond=1e-10)}
+    L, R = randn(m, r), randn(n, r)
+    dL, dR = randn(m, r), randn(n, r)
+    forward = lambda L, R: {"X": np.linalg.pinv(L @ R.conj().T, rcond=1e-10)}
     base, tan = fd_tangents(forward, {"L": L, "R": R}, {"L": dL, "R": dR})
-    return {"A": L @ R.T, "dA": dL @ R.T + L @ dR.T, "X": base["X"], "dX": tan["X"]}
+    return {"A": L @ R.conj().T, "dA": dL @ R.conj().T + L @ dR.conj().T, "X": base["X"], "dX": tan["X"]}
 
 
-def sample_with_rank(rng, m, n):
-    return sample(rng, m, n, r=RANKS.get((m, n)))
+def sample_with_rank(rng, m, n, field):
+    return sample(rng, m, n, r=RANKS.get((m, n)), field=field)
 
 
 RANKS = {(5, 4): 2}
 
 # ---------------------------------------------------------------- declarations
-d = Derivation("pinv", __file__, title="Moore–Penrose pseudo-inverse X = A⁺ (constant rank)",
-               references=("Golub & Pereyra, SIAM J. Numer. Anal. 10 (1973)",))
+d = Derivation("pinv", __file__, title="Moore–Penrose pseudo-inverse X = A⁺ (constant rank; real or complex)",
+               references=("Golub & Pereyra, SIAM J. Numer. Anal. 10 (1973)",), field="complex")
 m, n = d.dim("m"), d.dim("n")
 A = d.input("A", m, n)
 X = d.output("X", n, m, api="P")
 dA, dX = d.tangent(A), d.tangent(X)
 d.forward(torch="adjointgen.runtime.forward:pinv", numpy="adjointgen.runtime.xp:pinv",
           options={"atol": None, "rtol": None, "hermitian": False})
-d.instances(sample_with_rank, [{"m": 5, "n": 3}, {"m": 3, "n": 5}, {"m": 5, "n": 4}])
+d.instances(sample_with_rank, [{"m": 5, "n": 3, "field": "complex"}, {"m": 3, "n": 5, "field": "complex"},
+                               {"m": 5, "n": 4, "field": "complex"}, {"m": 5, "n": 3, "field": "real"},
+                               {"m": 3, "n": 5, "field": "real"}, {"m": 5, "n": 4, "field": "real"}])
 d.symbolic_sizes = {"m": 3, "n": 2}  # explicit 3×2 A: products of five generic matrices stay cheap
 
 penrose1 = d.identity("Penrose 1: A X A = A", A * X * A, A)

@@ -200,3 +200,33 @@ def test_jvp_of_vmap_and_hessian_see_the_options_as_one_argument():
     H = torch.func.hessian(lambda a: agt.pinv(a).square().sum())(A[0])
     H2 = torch.func.hessian(lambda a: torch.linalg.pinv(a).square().sum())(A[0])
     torch.testing.assert_close(H, H2, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (2, 5, 5)])
+def test_complex_pinv_matches_torch(shape):
+    """The derivation runs over the complex field; every forward path (LU, Cholesky of the Gram
+    matrix, QR, SVD) takes complex input."""
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(*shape, dtype=torch.complex128, generator=g)
+    assert rel(agt.pinv(A), torch.linalg.pinv(A)) < 1e-13
+    C = torch.randn(torch.linalg.pinv(A).shape, dtype=A.dtype, generator=g)
+    g1 = torch.func.grad(lambda a: (agt.pinv(a) * C).real.sum())(A)
+    g2 = torch.func.grad(lambda a: (torch.linalg.pinv(a) * C).real.sum())(A)
+    assert rel(g1, g2) < 1e-12
+    dA = torch.randn(A.shape, dtype=A.dtype, generator=g)
+    assert rel(torch.func.jvp(agt.pinv, (A,), (dA,))[1], torch.func.jvp(torch.linalg.pinv, (A,), (dA,))[1]) < 1e-12
+    # rank-deficient (the SVD path) and Hermitian input
+    L, R = torch.randn(6, 2, dtype=A.dtype, generator=g), torch.randn(4, 2, dtype=A.dtype, generator=g)
+    assert rel(agt.pinv(L @ R.mH), torch.linalg.pinv(L @ R.mH)) < 1e-12
+    H = torch.randn(5, 5, dtype=A.dtype, generator=g)
+    herm = lambda a: 0.5 * (a + a.mH)
+    H = herm(H)
+    assert rel(agt.pinv(H, hermitian=True), torch.linalg.pinv(H, hermitian=True)) < 1e-13
+    C5 = torch.randn(5, 5, dtype=A.dtype, generator=g)
+    g1 = torch.func.grad(lambda a: (agt.pinv(herm(a), hermitian=True) * C5).real.sum())(H)
+    g2 = torch.func.grad(lambda a: (torch.linalg.pinv(herm(a), hermitian=True) * C5).real.sum())(H)
+    assert rel(g1, g2) < 1e-12
+    Ar = A.reshape(-1, *shape[-2:])[0].clone().requires_grad_()
+    assert torch.autograd.gradcheck(agt.pinv, (Ar,)) and torch.autograd.gradgradcheck(agt.pinv, (Ar,))
+    with pytest.raises(ValueError, match="not Hermitian"):
+        agt.pinv(torch.tensor([[1, 1j], [1j, 1]], dtype=torch.complex128), hermitian=True)

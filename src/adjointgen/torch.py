@@ -225,19 +225,19 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
 
     The gradient is the constant-rank derivative derived from the four Penrose identities
     (``derivations/pinv.py``); reverse and forward mode, second derivatives, batches ``(..., m, n)``,
-    float32/float64, CPU/CUDA.  With ``hermitian=True`` the input must be symmetric and the gradient
-    is symmetric (as ``torch.linalg.pinv``'s).
+    float32/float64/complex64/complex128, CPU/CUDA.  With ``hermitian=True`` the input must be
+    symmetric (Hermitian) and the gradient is too (as ``torch.linalg.pinv``'s).
 
     Raises:
         ValueError: NaN/Inf entries, negative ``atol``/``rtol``, fewer than two dimensions, an
             integer dtype, ``hermitian=True`` with a non-square or non-symmetric matrix.
     """
     checks.tensor(A, "A")
-    checks.floating(A, "A")
+    checks.floating(A, "A", complex_ok=True)
     checks.matrix(A, "A", square=hermitian)  # finiteness is checked by the forward, in its one host transfer
     if hermitian:
         checks.symmetric(A, "A")
-        A = 0.5 * (A + A.mT)  # equal for valid input; the gradient is symmetric, as for eigh
+        A = 0.5 * (A + A.mH)  # equal for valid input; the gradient is Hermitian, as for eigh
     return PinvFunction.apply(A, checks.Options((atol, rtol, hermitian)))
 
 
