@@ -8,7 +8,7 @@ f'(D) dD``; the Hadamard split turns ``dC f(D) - f(D) dC`` into ``E_f ∘ dC`` w
 ``L_ij = (f(d_i) - f(d_j)) / (d_i - d_j)``, whose limit on the diagonal is ``f'(d_i)``, the
 coefficient of ``dD``: ``dX = U (L ∘ (U^T dA U)) U^T`` (Daleckii–Krein).  ``L`` is continuous across
 equal eigenvalues, so no gauge enters the rule; the generated code evaluates ``L`` with forms that
-do not cancel (:mod:`adjointgen.codegen.divided`).
+do not cancel (:mod:`adjointgen.runtime.divided`).
 
 References: Ju. L. Daleckii, S. G. Krein (1965); N. J. Higham, "Functions of Matrices" (2008), §3.
 """

@@ -67,7 +67,10 @@ def variants(cu):
 @pytest.mark.parametrize("cu", CU_FILES, ids=lambda p: p.name)
 def test_compiles_to_ptx_for_sm90(cu, tmp_path):
     ptx = tmp_path / (cu.stem + ".ptx")
-    r = subprocess.run([NVCC, "-arch=sm_90", "-ptx", str(cu), "-o", str(ptx)], capture_output=True, text=True)
+    from adjointgen.runtime.xp import cuda_include_dir
+
+    r = subprocess.run([NVCC, "-arch=sm_90", "-ptx", f"-I{cuda_include_dir()}", str(cu), "-o", str(ptx)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = ptx.read_text()
     for kernel in KERNEL.findall(cu.read_text()):

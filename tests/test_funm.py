@@ -194,7 +194,7 @@ def test_domain_errors_name_the_eigenvalue():
         agt.powm(A, 0.5)
     B = symmetric(3, 2, spectrum=torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64))
     agt.sqrtm(B)  # positive semidefinite: fine
-    with pytest.raises(ValueError, match=r"sqrtm: the derivative of sqrt\(x\) is not finite at the eigenvalue"):
+    with pytest.raises(ValueError, match=r"sqrtm: A has the eigenvalue .*sqrt\(x\) is not differentiable"):
         torch.autograd.grad(agt.sqrtm(B.requires_grad_()).sum(), B)
     with pytest.raises(ValueError, match="not symmetric"):
         agt.expm(torch.randn(3, 3))
@@ -202,7 +202,7 @@ def test_domain_errors_name_the_eigenvalue():
         agt.expm(torch.full((3, 3), float("nan")))
     with pytest.raises(TypeError, match="p must be a real number"):
         agt.powm(symmetric(3), torch.tensor(0.5))
-    with pytest.raises(TypeError, match="exactly one symbol"):
+    with pytest.raises(ValueError, match="one variable"):
         agt.funm(symmetric(3), sp.Symbol("a") * sp.Symbol("b"))
     with pytest.raises(TypeError, match="unknown function name"):
         agt.funm(symmetric(3), "tanm")
@@ -237,8 +237,7 @@ def test_the_kernels_per_element_math_in_a_host_harness(tmp_path):
     cases = [(n, o) for n, o, _ in CASES]
     calls = "\n".join(
         f"    if (which == {i}) {{ d = {n}_dd<double>(a, b{''.join(f', {v}' for v in o)}); "
-        f"f = (double){n}_dd<float>((float)a, (float)b{''.join(f', {v}f' for v in o)}); "
-        f"t = {n}_dd2<double>(a, b, c{''.join(f', {v}' for v in o)}); }}"
+        f"f = (double){n}_dd<float>((float)a, (float)b{''.join(f', {v}f' for v in o)}); }}"
         for i, (n, o) in enumerate(cases))
     (tmp_path / "h.cu").write_text(f"""#include <cstdio>
 #include <cstdlib>
@@ -256,7 +255,10 @@ int main(int argc, char** argv) {{
 }}
 """)
     exe = tmp_path / "h"
-    r = subprocess.run([nvcc, "-x", "cu", str(tmp_path / "h.cu"), "-o", str(exe)], capture_output=True, text=True)
+    from adjointgen.runtime.xp import cuda_include_dir
+
+    r = subprocess.run([nvcc, "-x", "cu", f"-I{cuda_include_dir()}", str(tmp_path / "h.cu"), "-o", str(exe)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     a, b = table()
     c = a * (1 + 1e-3)
@@ -268,7 +270,6 @@ int main(int argc, char** argv) {{
         # float32: the same forms, a few float ulps (of float-rounded arguments)
         f32 = [reference_dd(f, float(np.float32(p)), float(np.float32(q))) for p, q in zip(a, b)]
         assert rel_err(got[:, 1], f32) <= 2e-6, name
-        assert rel_err(got[:, 2], [reference_dd2(f, p, q, s) for p, q, s in zip(a, b, c)]) <= 1e-11, name
 
 
 # ------------------------------------------------------------------ the derivation

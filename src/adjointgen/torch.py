@@ -390,10 +390,28 @@ def powm(A: torch.Tensor, p: float) -> torch.Tensor:
     return _funm.powm(A, p)
 
 
-def funm(A: torch.Tensor, f) -> torch.Tensor:
-    """``f(A) = V f(w) V^H`` for symmetric (Hermitian) ``A`` and any scalar ``f``: a SymPy expression
-    in one symbol (``sympy.cos(x)``) or a name (``"exp"``, ``"log"``, ``"sqrt"``).  See
-    :func:`adjointgen.runtime.spectral.funm`.
+def funm(A: torch.Tensor, f, *, domain=None) -> torch.Tensor:
+    """``f(A) = V f(w) V^H`` for symmetric (Hermitian) ``A`` and any real scalar function ``f``,
+    differentiable to second order (reverse and forward mode, every ``torch.func`` transform), also
+    at repeated eigenvalues.
+
+    Args:
+        A: symmetric (Hermitian) ``(..., n, n)`` matrices, float32/float64 (complex64/complex128).
+        f: a SymPy expression in one symbol (``sympy.cos(x)``, ``x*sympy.log(x)``,
+            ``sympy.Piecewise(...)``), or a name of the catalogue: ``"expm"`` (or ``"exp"``),
+            ``"logm"`` (``"log"``), ``"sqrtm"`` (``"sqrt"``).
+        domain: optional: where ``f`` may be applied, a SymPy set (``sympy.Interval(0, sympy.oo)``)
+            or condition in the symbol; an eigenvalue outside raises.  The domains of the
+            primitives ``f`` is built of (``log`` needs a positive argument, ...) are always checked.
+
+    ``f`` is compiled once into a program over primitives (:mod:`adjointgen.codegen.scalar`; kept on
+    disk, ``$ADJOINTGEN_CACHE``), in milliseconds and without expanding ``f``.  Its divided
+    differences ``f[a, b]`` (and ``f[a, b, c]`` for second derivatives) are composed from the
+    primitives' stable forms by the chain and Leibniz rules (:mod:`adjointgen.runtime.divided`): no
+    cancellation for any gap, and no overflow where the result is finite.  Forms that overflow as
+    written become primitives that do not (``log(1 + exp(x))`` is softplus, ``x*log(x)`` is 0 at 0,
+    ``sin(x)/x`` is ``sinc``).  An estimated accuracy below ``sqrt(eps)`` warns
+    (:class:`adjointgen.runtime.divided.AccuracyWarning`) with the eigenvalues.
 
     Example::
 
@@ -402,5 +420,32 @@ def funm(A: torch.Tensor, f) -> torch.Tensor:
         x = sympy.Symbol("x")
         A = torch.eye(3, dtype=torch.float64)
         agt.funm(A, sympy.cos(x))  # cos(1) I
+
+    Raises:
+        ValueError: ``A`` not a symmetric floating matrix; ``f`` complex-valued, in more than one
+            symbol, not scalar, or using a function adjointgen cannot evaluate; an eigenvalue
+            outside the domain of a primitive of ``f`` (named, with the primitive); in a
+            derivative, an eigenvalue where ``f`` is not differentiable.
+        TypeError: ``f`` is neither a name of the catalogue nor a SymPy expression.
     """
-    return _spectral.funm(A, f)
+    return _spectral.apply(_spectral_of(f, domain), A)
+
+
+def _spectral_of(f, domain=None):
+    if isinstance(f, str):
+        name = {"exp": "expm", "log": "logm", "sqrt": "sqrtm"}.get(f, f)
+        spec = getattr(_funm, "SPECTRAL", {}).get(name)
+        if spec is None or spec.options:
+            known = sorted(k for k, s in getattr(_funm, "SPECTRAL", {}).items() if not s.options)
+            raise TypeError(f"funm: unknown function name {f!r}; use one of {', '.join(known)} or a SymPy "
+                            "expression (powm(A, p) takes its option)")
+        if domain is None:
+            return spec
+        f = spec.program.text
+    from .codegen import scalar
+
+    program = scalar.compile_cached(f)
+    cond = text = None
+    if domain is not None:
+        cond, text = scalar.compile_condition(domain, program)
+    return _spectral.Spectral("funm", program, frechet=_funm.FRECHET, domain=cond, domain_text=text)

@@ -552,7 +552,7 @@ class Derivation:
         symbols to options of the public functions (``{"p": p}`` for ``x**p``).  Each becomes a public
         function ``<name>(A, ...)`` of the derivation's generated module whose rules are this
         derivation's with ``f`` substituted, and whose divided differences are evaluated without
-        cancellation (:mod:`adjointgen.codegen.divided`)."""
+        cancellation (:mod:`adjointgen.runtime.divided`)."""
         if f.__name__ not in self.functions:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: {f} is not a function of this derivation")
         options = dict(options or {})

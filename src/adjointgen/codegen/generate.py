@@ -158,30 +158,12 @@ def _environment(project: Project):
     return env
 
 
-def _intervals_source(intervals) -> str:
-    """``((lo, hi, lo_open, hi_open), ...)`` as Python source (``float("inf")`` for infinities)."""
-    if intervals is None:
-        return "None"
+def _program_source(program) -> str:
+    """A scalar program as a Python literal (its ``to_data()``), deterministic and readable."""
+    import pprint
 
-    def num(v):
-        return f'float("{v}")' if v in (float("inf"), float("-inf")) else repr(v)
-
-    return "(" + "".join(f"({num(a)}, {num(b)}, {c}, {d}), " for a, b, c, d in intervals) + ")"
-
-
-def _domain_text(intervals) -> str:
-    def one(lo, hi, lo_open, hi_open):
-        text = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        return text.replace("inf", "oo")
-
-    return "``" + " ∪ ".join(one(*i) for i in intervals) + "``" if intervals else "(empty)"
-
-
-def _sympy_source(inst) -> str:
-    """What :class:`adjointgen.runtime.spectral.Spectral` re-reads the expression from."""
-    import sympy as sp
-
-    return repr((sp.sstr(inst.expr), inst.variable.name, inst.option_names))
+    text = pprint.pformat(program.to_data(), width=110, sort_dicts=False, compact=True)
+    return "\n    ".join(text.splitlines())
 
 
 def _xreplace(expr, var, name):
@@ -190,54 +172,14 @@ def _xreplace(expr, var, name):
     return expr.xreplace({var: sp.Symbol(name, real=True)})
 
 
-def _pyarray(expr, module):
-    from .printers import array_python
-
-    return array_python(expr, module)
-
-
-def _carray(expr):
-    from .printers import scalar_c
-
-    return scalar_c(expr)
-
-
 _SPECTRAL_FILTERS = {
     "prepend": lambda s, prefix: prefix + s,
     "pytuple": lambda xs: "(" + "".join(f"{x!r}, " for x in xs) + ")",
-    "pyrepr": _intervals_source,
-    "domain_text": _domain_text,
-    "sympy_source": _sympy_source,
-    "xreplace": _xreplace,
+    "pyprogram": _program_source,
+    "cuda_dd": lambda inst: __import__("adjointgen.codegen.printers", fromlist=["x"]).program_cuda_dd(
+        inst.program, inst.name, inst.option_names),
     "of_matrix": lambda inst, name: __import__("sympy").sstr(_xreplace(inst.expr, inst.variable, name)),
-    "pyarray": _pyarray,
 }
-
-
-def render_instance(backend: str, name: str, expr, var, options=()) -> dict:
-    """Render the elementwise pieces of one matrix function (``f``, ``f[a, b]``, ``L``, ``f[a, b, c]``
-    and its domains) from the built-in template ``common/spectral.py.j2``, as the generator does
-    for a derivation's instances, and execute them: the namespace (``<name>_f``, ``<name>_dd``,
-    ``<name>_L``, ``<name>_dd2``, ``<NAME>_DOMAIN``, ``<NAME>_SMOOTH``).  For run-time functions
-    (:func:`adjointgen.runtime.spectral.funm`)."""
-    import jinja2
-
-    from ..project import builtin_templates
-    from .lower import instance_ir
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(builtin_templates())), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(_SPECTRAL_FILTERS)
-    inst = instance_ir(name, expr, var, options, second=True)
-    xp, lead = ("torch", "") if backend == "torch" else ("xp", "xp, ")
-    source = env.get_template("common/spectral.py.j2").render(inst=inst, xp=xp, lead=lead)
-    source = f"import {'torch' if backend == 'torch' else 'numpy'}\n" + source
-    namespace: dict = {}
-    exec(compile(source, f"<adjointgen {name}: {expr}>", "exec"), namespace)  # noqa: S102 - our own template
-    namespace[f"{name.upper()}_DOMAIN"] = inst.domain
-    namespace[f"{name.upper()}_SMOOTH"] = inst.smooth
-    namespace["__source__"] = source
-    return namespace
 
 
 def _template(env, project: Project, name: str):

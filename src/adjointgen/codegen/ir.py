@@ -144,22 +144,20 @@ class PairwiseFn:
 class InstanceIR:
     """One concrete function of a derivation generic in a scalar ``f`` (``expm`` for ``exp``).
 
-    The generated module gets, per instance, ``<name>_f`` (``f`` elementwise), ``<name>_dd``
+    The generated module gets, per instance, ``<NAME>_PROGRAM`` (``f`` as a scalar program over
+    primitives, :mod:`adjointgen.codegen.scalar`), ``<name>_f`` (``f`` elementwise), ``<name>_dd``
     (``f[a, b]``, first divided differences, stable for every gap), ``<name>_L`` (the pairwise
-    matrix of them), ``<name>_dd2`` (``f[a, b, c]``) and the public ``<name>(A, ...)``.
-    ``options`` are the other symbols of ``f`` (``p`` of ``x**p``), keyword arguments in that order.
-    ``domain``/``smooth`` are the intervals where ``f`` is continuous and where ``f'`` is
-    (``None`` when they depend on an option and are found when called)."""
+    matrix of them), ``<name>_dd2`` (``f[a, b, c]``) and the public ``<name>(A, ...)``; the runtime
+    (:mod:`adjointgen.runtime.divided`) evaluates them from the program.  ``options`` are the other
+    symbols of ``f`` (``p`` of ``x**p``), keyword arguments in that order."""
 
     name: str
     function: str  # the derivation's function name, "f"
     expr: sp.Expr
     variable: sp.Symbol
     options: tuple[tuple[str, sp.Symbol], ...]
-    first: object  # divided.StableDividedDifference
-    second: object | None  # divided.StableSecondDifference, when the derivation has second_order
-    domain: tuple | None
-    smooth: tuple | None
+    program: object  # runtime.divided.ScalarProgram
+    second: bool  # the derivation has second_order: <name>_dd2 is emitted
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -168,6 +166,10 @@ class InstanceIR:
     @property
     def description(self) -> str:
         return sp.sstr(self.expr)
+
+    @property
+    def constant(self) -> str:
+        return f"{self.name.upper()}_PROGRAM"
 
 
 @dataclass(frozen=True)

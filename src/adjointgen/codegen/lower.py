@@ -713,33 +713,15 @@ def _depends_on_functions(d: Derivation, pdef) -> bool:
                for e in exprs for a in e.atoms(sp.core.function.AppliedUndef))
 
 
-def _intervals(s) -> tuple | None:
-    """A union of real intervals as ``((lo, hi, lo_open, hi_open), ...)`` (``None``: not one)."""
-    if s is sp.S.EmptySet:
-        return ()
-    parts = s.args if isinstance(s, sp.Union) else (s,)
-    out = []
-    for part in parts:
-        if part == sp.S.Reals:
-            part = sp.Interval(-sp.oo, sp.oo, True, True)
-        if not isinstance(part, sp.Interval):
-            return None
-        out.append((float(part.start), float(part.end), bool(part.left_open), bool(part.right_open)))
-    return tuple(out)
-
-
 def instance_ir(name: str, expr, var, options=(), *, function: str = "f", second: bool = True) -> InstanceIR:
-    """The :class:`InstanceIR` of ``f = expr`` (in ``var``): stable divided differences and domains."""
-    from .divided import domain, stable_divided_difference, stable_second_divided_difference
+    """The :class:`InstanceIR` of ``f = expr`` (in ``var``, with the option symbols ``options``):
+    its scalar program (:mod:`adjointgen.codegen.scalar`)."""
+    from .scalar import compile_function
 
-    where = smooth = None
-    if not options:
-        where, smooth = (_intervals(s) for s in domain(expr, var))
-    return InstanceIR(
-        name=name, function=function, expr=expr, variable=var, options=tuple(options),
-        first=stable_divided_difference(expr, var),
-        second=stable_second_divided_difference(expr, var) if second else None,
-        domain=where, smooth=smooth)
+    options = tuple(options)
+    program = compile_function(expr, var, tuple(sym for _, sym in options), text=sp.sstr(expr))
+    return InstanceIR(name=name, function=function, expr=expr, variable=var, options=options, program=program,
+                      second=second)
 
 
 def _instances(d: Derivation) -> tuple[InstanceIR, ...]:

@@ -277,3 +277,167 @@ class _ArrayPython(PythonCodePrinter):
 def array_python(expr: sp.Expr, module: str = "torch") -> str:
     """``expr`` as an elementwise expression on arrays of the module ``module`` (``torch``, ``xp``)."""
     return _ArrayPython(module, {"strict": True, "fully_qualified_modules": True}).doprint(sp.sympify(expr))
+
+
+# ====================================================================================== scalar programs in CUDA
+#: value of each unary primitive in CUDA C++ ({0}: the argument, {p}: the parameter)
+CUDA_VALUES = {
+    "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sin": "sin({0})",
+    "cos": "cos({0})", "tan": "tan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})", "tanh": "tanh({0})",
+    "atan": "atan({0})", "asin": "asin({0})", "acos": "acos({0})", "asinh": "asinh({0})", "acosh": "acosh({0})",
+    "atanh": "atanh({0})", "erf": "erf({0})", "erfc": "erfc({0})", "gamma": "tgamma({0})",
+    "loggamma": "lgamma({0})", "besselj0": "j0({0})", "besselj1": "j1({0})", "sinc": "ag::sinc({0})",
+    "abs": "fabs({0})", "sign": "ag::sign_value({0})", "heaviside": "ag::heaviside_value({0}, T({p}))",
+    "floor": "floor({0})", "ceiling": "ceil({0})", "softplus": "ag::softplus_value({0})",
+    "sigmoid": "(T(1) / (T(1) + exp(-({0}))))", "xlogx": "ag::xlogx_value({0})",
+}
+#: primitives with an identity for the first divided difference: ag::<kind>_dd(p, q)
+CUDA_IDENTITIES = {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "sinh", "cosh", "tanh", "sigmoid",
+                   "softplus", "atan", "atanh", "asinh", "xlogx", "abs"}
+CUDA_STEPS = {"sign", "heaviside", "floor", "ceiling"}
+_CUDA_RELATIONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def _c_number(v) -> str:
+    import math
+
+    v = float(v)
+    if math.isnan(v):
+        return "T(NAN)"
+    if math.isinf(v):
+        return "T(INFINITY)" if v > 0 else "T(-INFINITY)"
+    return f"T({v!r})"
+
+
+def _cuda_values(program, points, prefix, opts):
+    """Statements computing every op's value at each of ``points`` (``{"a": "a", ...}``): lines, and
+    per op the names ``{point: name}``."""
+    lines, names = [], []
+    for i, op in enumerate(program.ops):
+        k, args = op.kind, op.args
+        here = {}
+        boolean = k in _CUDA_RELATIONS or k in ("and", "or", "not")
+        for pt, var in points.items():
+            n = f"{prefix}{pt}{i}"
+            here[pt] = n
+            arg = [names[j][pt] for j in args]
+            if k == "x":
+                e = var
+            elif k == "const":
+                e = _c_number(op.param)
+            elif k == "option":
+                e = opts[int(op.param)]
+            elif k == "add":
+                e = " + ".join(arg)
+            elif k == "mul":
+                e = " * ".join(arg)
+            elif k == "pow":
+                c = names[args[1]][pt] if len(args) == 2 else _c_number(op.param)
+                e = f"ag::pow_value({arg[0]}, {c})"
+            elif k in _CUDA_RELATIONS:
+                e = f"({arg[0]} {_CUDA_RELATIONS[k]} {arg[1]})"
+            elif k in ("and", "or"):
+                e = "(" + (" && " if k == "and" else " || ").join(arg) + ")"
+            elif k == "not":
+                e = f"(!{arg[0]})"
+            elif k == "piecewise":
+                *pairs, otherwise = arg
+                e = otherwise
+                for c_, ex in reversed(list(zip(pairs[0::2], pairs[1::2]))):
+                    e = f"({c_} ? {ex} : {e})"
+            elif k in CUDA_VALUES:
+                e = CUDA_VALUES[k].format(arg[0], p=op.param)
+            else:
+                raise ValueError(f"the CUDA backend cannot evaluate the primitive {k!r} of {program.text}")
+            lines.append(f"const {'bool' if boolean else 'T'} {n} = {e};")
+        names.append(here)
+    return lines, names
+
+
+def program_cuda_value(program, name: str) -> str:
+    """A ``__host__ __device__`` function ``T name(T x, T opt...)``: the program's value."""
+    opts = [f"o{i}" for i in range(len(program.options))]
+    lines, names = _cuda_values(program, {"x": "x"}, "v", opts)
+    params = "".join(f", T {o}" for o in opts)
+    body = "\n    ".join(lines + [f"return {names[-1]['x']};"])
+    return f"template <typename T>\nAG_FN T {name}(T x{params}) {{\n    {body}\n}}"
+
+
+def program_cuda_dd(program, name: str, options=()) -> str:
+    """CUDA source of ``T name_dd(T a, T b, T options...)``: ``f[a, b]`` of the program, composed from
+    the primitives' divided differences of ``adjointgen_divided.cuh`` by the chain and Leibniz rules;
+    primitives without an identity get their derivative programs as helper functions."""
+    from ..runtime.divided.primitives import FIRST_TERMS
+
+    opts = list(options)
+    helpers = []
+    lines, names = _cuda_values(program, {"a": "a", "b": "b"}, "v", opts)
+    dd = []
+    for i, op in enumerate(program.ops):
+        k, args = op.kind, op.args
+        n = f"d{i}"
+        va, vb = names[i]["a"], names[i]["b"]
+        if k == "x":
+            e = "T(1)"
+        elif k in ("const", "option") or k in _CUDA_RELATIONS or k in ("and", "or", "not"):
+            dd.append(None)
+            continue
+        elif k == "add":
+            parts = [dd[j] for j in args if dd[j] is not None]
+            e = " + ".join(parts) if parts else "T(0)"
+        elif k == "mul":
+            j0 = args[0]
+            ua, ub, d = names[j0]["a"], names[j0]["b"], dd[j0] or "T(0)"
+            for j in args[1:]:
+                d = (f"(({d}) * (T(0.5) * {names[j]['a']} + T(0.5) * {names[j]['b']}) + "
+                     f"(T(0.5) * {ua} + T(0.5) * {ub}) * ({dd[j] or 'T(0)'}))")
+                ua, ub = f"({ua} * {names[j]['a']})", f"({ub} * {names[j]['b']})"
+            e = d
+        elif k == "pow":
+            u = args[0]
+            c = names[args[1]]["a"] if len(args) == 2 else _c_number(op.param)
+            e = f"ag::pow_dd({names[u]['a']}, {names[u]['b']}, {c}) * ({dd[u] or 'T(0)'})"
+        elif k in CUDA_IDENTITIES:
+            u = args[0]
+            e = f"ag::{k}_dd({names[u]['a']}, {names[u]['b']}) * ({dd[u] or 'T(0)'})"
+        elif k in CUDA_STEPS:
+            u = args[0]
+            e = f"ag::step_dd({va}, {vb}, {names[u]['a']}, {names[u]['b']}) * ({dd[u] or 'T(0)'})"
+        elif k == "piecewise":
+            conds, exprs = list(args[0:-1:2]), list(args[1:-1:2]) + [args[-1]]
+            ia = " : ".join(f"{names[c_]['a']} ? {j}" for j, c_ in enumerate(conds)) + f" : {len(conds)}" \
+                if conds else "0"
+            ib = " : ".join(f"{names[c_]['b']} ? {j}" for j, c_ in enumerate(conds)) + f" : {len(conds)}" \
+                if conds else "0"
+            lines.append(f"const int ia{i} = {ia}, ib{i} = {ib};")
+            same = "T(0)"
+            for j in reversed(range(len(exprs))):
+                same = f"(ia{i} == {j} ? ({dd[exprs[j]] or 'T(0)'}) : {same})"
+            e = f"(ia{i} == ib{i} ? {same} : ({va} - {vb}) / ag::safe(a - b))"
+        elif k in CUDA_VALUES:  # no identity: the quotient or the midpoint series
+            u = args[0]
+            key = f"polygamma:{op.param}" if k == "polygamma" else k
+            derivs = program.derivative_programs(key)
+            if not derivs:
+                raise ValueError(f"the CUDA backend has no divided difference for {k} in {program.text}")
+            stem = f"{name}_{k}{i}"
+            for order, dp in enumerate(derivs, 1):
+                helpers.append(program_cuda_value(dp, f"{stem}_d{order}"))
+            cases = " ".join(f"case {o}: return {stem}_d{o}<T>(m{', T(0)' if derivs[o - 1].options else ''});"
+                             for o in range(1, len(derivs) + 1))
+            helpers.append(f"template <typename T>\nstruct {stem}_derivative {{\n    AG_FN T operator()(int k, T m) const "
+                           f"{{\n        switch (k) {{ {cases} default: return T(NAN); }}\n    }}\n}};\n"
+                           f"template <typename T>\nstruct {stem}_value {{\n    AG_FN T operator()(T y) const "
+                           f"{{ return {CUDA_VALUES[k].format('y', p=op.param)}; }}\n}};")
+            terms = min(FIRST_TERMS, (len(derivs) + 1) // 2)
+            e = (f"ag::generic_dd({names[u]['a']}, {names[u]['b']}, {stem}_value<T>(), {stem}_derivative<T>(), "
+                 f"{terms}) * ({dd[u] or 'T(0)'})")
+        else:
+            raise ValueError(f"the CUDA backend cannot differentiate the primitive {k!r} of {program.text}")
+        lines.append(f"const T {n} = {e};")
+        dd.append(n)
+    last = dd[-1] or "T(0)"
+    params = "".join(f", T {o}" for o in opts)
+    body = "\n    ".join(lines + [f"(void)a; (void)b; return {last};"])
+    fn = f"template <typename T>\nAG_FN T {name}_dd(T a, T b{params}) {{\n    {body}\n}}"
+    return "\n\n".join(helpers + [fn])

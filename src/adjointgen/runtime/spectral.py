@@ -1,37 +1,35 @@
 """Matrix functions ``X = f(A) = V f(w) V^H`` of Hermitian ``A``: the autograd functions around the
 pieces a derivation generic in ``f`` generates (``derivations/funm.py``).
 
-For each concrete ``f`` the generator emits ``f`` elementwise, its divided differences ``f[a, b]``
-(the Daleckii–Krein matrix ``L``) and ``f[a, b, c]``, each in a form that does not cancel
-(:mod:`adjointgen.codegen.divided`), and the derivation's rules ``gA = V (L ∘ (V^H sym(gX) V)) V^H``
-(reverse mode, and forward mode: the map is self-adjoint).  This module puts them together:
+For each concrete ``f`` the generator emits a :class:`~adjointgen.runtime.divided.ScalarProgram`
+(``f`` over primitives, with their derivatives), and the derivation's rule
+``gA = V (L ∘ (V^H sym(gX) V)) V^H`` (reverse mode, and forward mode: the map is self-adjoint).
+:mod:`adjointgen.runtime.divided` evaluates ``f``, ``L_ij = f[w_i, w_j]`` and ``f[a, b, c]`` from the
+program without cancellation.  This module puts them together:
 
-* :class:`Spectral` -- one concrete function: its generated pieces and its domain;
-* the forward (``torch.linalg.eigh``, then ``V f(w) V^H``) with domain checks that name the
-  offending eigenvalue;
+* :class:`Spectral` -- one concrete function: its program, its rule, its checks;
+* the forward (``torch.linalg.eigh``, then ``V f(w) V^H``, where an infinite ``f(w_k)`` reaches only
+  the entries its eigenvector touches) with domain checks that name the offending eigenvalue;
 * the first derivative ``K = Df(A)[G]`` as an autograd function of its own, whose backward and
   forward mode are the second-order rule (:func:`second_order`), so that ``torch.func.hessian``,
   ``gradgradcheck`` and forward-over-reverse work, also at exactly repeated eigenvalues (``L`` and
-  ``T`` are continuous there; no eigenvector gauge enters);
-* :func:`funm`: any SymPy expression, compiled here by rendering the same template the generator
-  uses (cached per expression).
+  ``T`` are continuous there; no eigenvector gauge enters).
 
-Third derivatives are not implemented and raise.
+Each autograd function has its own ``vmap`` rule (the batch dimension becomes a batch dimension of
+the matrices), so the domain checks, which need values, run on plain tensors under every
+``torch.func`` transform.  Third derivatives are not implemented and raise.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 
 from . import checks as _checks
-from . import domains as _domains
+from . import divided as _divided
 
-__all__ = ["Spectral", "apply", "funm", "second_order", "CATALOGUE_ALIASES"]
+__all__ = ["Spectral", "apply", "second_order"]
 
-#: names ``funm`` accepts for the generated catalogue (``"exp"`` and ``"expm"`` alike)
-CATALOGUE_ALIASES = {"exp": "expm", "log": "logm", "sqrt": "sqrtm"}
 #: elements of T evaluated at once in the second-order contraction (memory ~ 30 such arrays)
 SECOND_ORDER_BLOCK = 1 << 21
 
@@ -40,64 +38,123 @@ class Spectral:
     """One concrete spectral function ``f``.
 
     Args:
-        name: the public name (``expm``).
-        expr: ``f`` as text, for messages (``exp(x)``).
-        f, dd, dd2: the generated elementwise ``f(x, *options)``, ``f[a, b]`` and ``f[a, b, c]``.
+        name: the public name (``expm``), for messages.
+        program: ``f`` as a :class:`~adjointgen.runtime.divided.ScalarProgram` (its options are the
+            public function's, ``("p",)`` for ``x**p``).
         frechet: the derivation's rule ``(w, V, G, L) -> V (L ∘ (V^H sym(G) V)) V^H``.
-        options: names of ``f``'s options (``("p",)`` for ``x**p``).
-        domain, smooth: where ``f`` is continuous and where ``f'`` is, as
-            ``((lo, hi, lo_open, hi_open), ...)``; ``None``: found by SymPy for the options given.
-        sympy_expr: ``(expression, variable, option symbols)`` to find the domains by.
+        domain: optional extra condition on the eigenvalues stated by the user, a
+            :class:`~adjointgen.runtime.divided.ScalarProgram` of a boolean (``None``: none).
     """
 
-    def __init__(self, name, expr, *, f, dd, dd2, frechet, options=(), domain=None, smooth=None, sympy_expr=None):
-        self.name, self.expr = name, expr
-        self.f, self.dd, self.dd2, self.frechet = f, dd, dd2, frechet
-        self.options = tuple(options)
-        self._domain, self._smooth = domain, smooth
-        self.sympy_expr = sympy_expr
+    def __init__(self, name, program, *, frechet, domain=None, domain_text=None):
+        self.name, self.program, self.frechet = name, program, frechet
+        self.expr = program.text
+        self.options = tuple(program.options)
+        self.domain, self.domain_text = domain, domain_text
 
     def __repr__(self):
         return f"Spectral({self.name!r}, {self.expr!r})"
 
+    # ------------------------------------------------------------------ elementwise pieces
+    def f(self, w, opts=()):
+        return _divided.values(self.program, w, opts)
+
     def L(self, w, opts=()):
         """The Daleckii–Krein matrix ``L_ij = f[w_i, w_j]`` (``f'(w_i)`` on the diagonal)."""
-        return self.dd(w.unsqueeze(-1), w.unsqueeze(-2), *opts)
+        return _divided.first(self.program, w.unsqueeze(-1), w.unsqueeze(-2), opts)
 
-    def intervals(self, opts=()):
-        """(domain of ``f``, domain of ``f'``) for these option values."""
-        if self._domain is not None:
-            return self._domain, self._smooth
-        return _domains.intervals_for(self.sympy_expr, tuple(float(o) for o in opts))
+    def dd2(self, a, b, c, *opts):
+        return _divided.second(self.program, a, b, c, opts)
 
     # ------------------------------------------------------------------ domain checks
     def check_domain(self, w, opts=()):
         """``w``, with eigenvalues a rounding error outside a closed end of the domain moved onto
         it; a :class:`ValueError` naming the eigenvalue if one is outside otherwise."""
-        domain, _ = self.intervals(opts)
-        if w.numel() == 0 or domain == _domains.REALS or _inside_one(w, domain, finite=True):
+        if w.numel() == 0:
             return w
-        snapped = _domains.check_domain(self.name, self.expr, w.detach().cpu().numpy(), domain)
-        return w if snapped is None else torch.as_tensor(snapped, device=w.device)
+        if self.domain is not None:
+            ok = _divided.values(self.domain, w, opts)
+            if not bool(ok.all()):
+                bad = ~ok
+                raise ValueError(f"{self.name}: A has the eigenvalue {_divided.evaluate._locate(w, bad)}, outside the "
+                                 f"stated domain {self.domain_text} of {self.expr}")
+        return _divided.check_domain(self.program, w, opts, order=0, name=self.name, tol=_rounding(w),
+                                     advice=_ADVICE.get(self.name, ""))
 
-    def check_smooth(self, w, opts=()):
-        """A :class:`ValueError` if ``f'`` is not finite at an eigenvalue (``sqrt`` at 0)."""
-        _, smooth = self.intervals(opts)
-        if w.numel() and smooth != _domains.REALS and not _inside_one(w, smooth, margin=True):
-            _domains.check_smooth(self.name, self.expr, w.detach().cpu().numpy(), smooth)
+    def check_smooth(self, w, opts=(), order=1, A=None):
+        """A :class:`ValueError` if ``f`` has no ``order``-th derivative at an eigenvalue (``sqrt`` at
+        0), or at one within rounding of such a point (unless ``A`` is diagonal: its eigenvalues
+        are exact)."""
+        if w.numel() == 0:
+            return
+        exact = (lambda: _is_diagonal(A)) if A is not None else None
+        _divided.check_domain(self.program, w, opts, order=order, name=self.name, tol=_rounding(w), exact=exact)
+
+    def apply_rule(self, w, V, G, L):
+        """The derived rule ``V (L ∘ (V^H sym(G) V)) V^H``; where ``L`` has infinite entries (``f`` or
+        its divided difference overflows) they reach only the entries they touch: the rule on the
+        finite part, and on the magnitudes of ``V``, ``G`` for where an infinity arrives (no
+        ``inf * 0`` turns into NaN)."""
+        G = G.to(V.dtype) if V.is_complex() and not G.is_complex() else G
+        finite = torch.isfinite(L)
+        if bool(finite.all()):
+            return self.frechet(w, V, G, L)
+        zero = torch.zeros((), dtype=L.dtype)
+        K = self.frechet(w, V, G, torch.where(finite, L, zero))
+        absV, absG = V.abs(), G.abs()
+        reach = self.frechet(w, absV, absG, (~finite).to(absV.dtype))
+        direction = self.frechet(w, V, G, torch.where(finite, zero, L.sign()))
+        real = direction.real if direction.is_complex() else direction
+        inf = torch.full((), math.inf, dtype=real.dtype)
+        out = torch.where(reach > 0, (inf * real.sign()).to(K.dtype), K)
+        return torch.where((reach > 0) & (real == 0), torch.full((), math.nan, dtype=real.dtype).to(K.dtype), out)
+
+    def checked_L(self, w, opts=(), A=None, order=1):
+        self.check_smooth(w, opts, order, A)
+        L = self.L(w, opts)
+        if L.numel() and bool(torch.isnan(L).any()):
+            i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
+            wf = w.reshape(-1, w.shape[-1])
+            raise ValueError(f"{self.name}: the divided difference of {self.expr} at the eigenvalues "
+                             f"{float(wf[0, i]):.6g} and {float(wf[0, j]):.6g} is not a number (an intermediate of "
+                             "f overflows); the derivative cannot be evaluated there")
+        return L
 
 
-def _inside_one(w, intervals, finite=False, margin=False) -> bool:
-    """Every eigenvalue inside the first interval (and finite), by two reductions: the common case,
-    decided without leaving the device; ``False`` sends the caller to the detailed check.  With
-    ``margin``, an open end must be cleared by more than rounding (``8 n eps max|w|``)."""
-    lo, hi, lo_open, hi_open = intervals[0]
-    wmin, wmax = w.amin(), w.amax()
-    tol = 8 * w.shape[-1] * torch.finfo(w.dtype).eps * torch.maximum(wmax.abs(), wmin.abs()) if margin else 0
-    ok = ((wmin > lo + tol) if lo_open else (wmin >= lo)) & ((wmax < hi - tol) if hi_open else (wmax <= hi))
-    if finite:
-        ok = ok & torch.isfinite(wmax) & torch.isfinite(wmin)
-    return bool(ok)
+_ADVICE = {"logm": "; logm needs a positive definite A", "sqrtm": "; sqrtm needs a positive semidefinite A"}
+
+
+def _rounding(w):
+    """``8 n eps max|w|`` per matrix of the batch: what rounding moves an eigenvalue by."""
+    eps = torch.finfo(w.dtype).eps
+    return 8 * w.shape[-1] * eps * w.abs().amax(-1, keepdim=True)
+
+
+def _is_diagonal(A) -> bool:
+    return not bool((A - torch.diag_embed(torch.diagonal(A, dim1=-2, dim2=-1))).any())
+
+
+def _assemble(V, fw):
+    """``V diag(fw) V^H``, where an infinite ``fw_k`` reaches only the entries ``(i, j)`` with
+    ``V_ik V_jk != 0`` (``expm(diag(800, 1))`` is ``[[inf, 0], [0, e]]``, as torch's)."""
+    fw = fw.to(V.dtype)
+    finite = torch.isfinite(fw)
+    if bool(finite.all()):
+        return (V * fw.unsqueeze(-2)) @ V.mH
+    part = torch.where(finite, fw, torch.zeros((), dtype=fw.dtype))
+    X = (V * part.unsqueeze(-2)) @ V.mH
+    big = (~finite).to(V.real.dtype if V.is_complex() else V.dtype)
+    reach = (V.abs() * big.unsqueeze(-2)) @ V.abs().mT  # > 0 where an infinite eigenvalue reaches
+    sign = fw.real.sign() if fw.is_complex() else fw.sign()
+    direction = (V * torch.where(finite, torch.zeros((), dtype=fw.dtype), sign.to(fw.dtype)).unsqueeze(-2)) @ V.mH
+    inf = torch.full((), math.inf, dtype=X.real.dtype if X.is_complex() else X.dtype)
+    if X.is_complex():
+        re = torch.where(reach > 0, torch.where(direction.real != 0, inf * direction.real.sign(), X.real), X.real)
+        im = torch.where(reach > 0, torch.where(direction.imag != 0, inf * direction.imag.sign(), X.imag), X.imag)
+        return torch.complex(re, im)
+    undefined = (reach > 0) & (direction == 0)
+    out = torch.where(reach > 0, inf * direction.sign(), X)
+    return torch.where(undefined, torch.full((), math.nan, dtype=X.dtype), out)
 
 
 # ------------------------------------------------------------------ the second-order rule
@@ -137,18 +194,22 @@ class _Bound:
         self.spec, self.opts = spec, tuple(opts)
 
 
+def _to_front(x, dim, size):
+    """``x`` with its vmapped dimension ``dim`` in front (broadcast when it has none)."""
+    if dim is None:
+        return x.expand(size, *x.shape)
+    return x.movedim(dim, 0)
+
+
 class _Funm(torch.autograd.Function):
     """``X, w, V = f(A)`` (``w``, ``V`` non-differentiable: the eigendecomposition the rules use)."""
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(A, bound):
         spec, opts = bound.spec, bound.opts
         w, V = torch.linalg.eigh(A)
         w = spec.check_domain(w, opts)
-        fw = spec.f(w, *opts).to(V.dtype)
-        return (V * fw.unsqueeze(-2)) @ V.mH, w, V
+        return _assemble(V, spec.f(w, opts)), w, V
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -163,10 +224,9 @@ class _Funm(torch.autograd.Function):
         A, w, V = ctx.saved_tensors
         if gX is None:
             return None, None
-        if not torch.is_grad_enabled():  # no higher derivatives asked for: the rule itself
+        if not torch.is_grad_enabled() and not _checks._is_traced(gX):  # no higher derivatives: the rule
             spec, opts = ctx.bound.spec, ctx.bound.opts
-            spec.check_smooth(w, opts)
-            return spec.frechet(w, V, gX.to(V.dtype) if V.is_complex() else gX, spec.L(w, opts)), None
+            return spec.apply_rule(w, V, gX, spec.checked_L(w, opts, A)), None
         return _Frechet.apply(A, gX, w, V, ctx.bound), None
 
     @staticmethod
@@ -174,18 +234,20 @@ class _Funm(torch.autograd.Function):
         A, w, V = ctx.saved_tensors
         return _Frechet.apply(A, dA, w, V, ctx.bound), None, None
 
+    @staticmethod
+    def vmap(info, in_dims, A, bound):
+        X, w, V = _Funm.apply(_to_front(A, in_dims[0], info.batch_size), bound)
+        return (X, w, V), (0, 0, 0)
+
 
 class _Frechet(torch.autograd.Function):
     """``K = Df(A)[sym(G)] = V (L ∘ (V^H sym(G) V)) V^H`` (the derived rule); its derivatives are the
     second-order rule: ``dK = Df(A)[sym(dG)] + D²f(A)[sym(G), dA]``."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(A, G, w, V, bound):
         spec, opts = bound.spec, bound.opts
-        spec.check_smooth(w, opts)
-        return spec.frechet(w, V, G.to(V.dtype) if not G.is_complex() and V.is_complex() else G, spec.L(w, opts))
+        return spec.apply_rule(w, V, G, spec.checked_L(w, opts, A))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -211,17 +273,23 @@ class _Frechet(torch.autograd.Function):
             out = part if out is None else out + part
         return out
 
+    @staticmethod
+    def vmap(info, in_dims, A, G, w, V, bound):
+        n = info.batch_size
+        args = [_to_front(t, d, n) for t, d in zip((A, G, w, V), in_dims[:4])]
+        return _Frechet.apply(*args, bound), 0
+
 
 class _Second(torch.autograd.Function):
     """``D²f(A)[sym(G), sym(H)]``: linear in ``G`` and ``H``; its derivative in ``A`` (a third
     derivative) is not implemented."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(A, G, H, w, V, bound):
+        spec, opts = bound.spec, bound.opts
+        spec.check_smooth(w, opts, order=2, A=A)
         dtype = V.dtype
-        return second_order(V, w, _sym(G.to(dtype)), _sym(H.to(dtype)), bound.spec.dd2, bound.opts)
+        return second_order(V, w, _sym(G.to(dtype)), _sym(H.to(dtype)), spec.dd2, opts)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -251,13 +319,17 @@ class _Second(torch.autograd.Function):
             out = part if out is None else out + part
         return out
 
+    @staticmethod
+    def vmap(info, in_dims, A, G, H, w, V, bound):
+        n = info.batch_size
+        args = [_to_front(t, d, n) for t, d in zip((A, G, H, w, V), in_dims[:5])]
+        return _Second.apply(*args, bound), 0
+
 
 def apply(spec: Spectral, A, *opts):
-    """``spec``'s ``f(A)`` for Hermitian ``A`` (checked), differentiable to second order.
-
-    With integer options (``powm(A, 2)``), ``f`` with them substituted is compiled on first use
-    (:func:`funm`): its divided differences take the exact forms (``a + b`` for ``x**2``), valid for
-    eigenvalues of either sign."""
+    """``spec``'s ``f(A)`` for Hermitian ``A`` (checked), differentiable to second order.  Options
+    (``p`` of ``x**p``) are real numbers; integer values take the integer semantics (any sign of the
+    eigenvalues) without any symbolic expansion."""
     _checks.matrix_input(A, "A", square=True, symmetric=True, positive_definite=False, complex_ok=True)
     if len(opts) != len(spec.options):
         raise TypeError(f"{spec.name}: expected the options {', '.join(spec.options) or 'none'}, got {len(opts)} value(s)")
@@ -266,85 +338,4 @@ def apply(spec: Spectral, A, *opts):
             raise TypeError(f"{spec.name}: {name} must be a real number (int or float), not {type(value).__name__}")
         if not math.isfinite(value):
             raise ValueError(f"{spec.name}: {name} must be finite, not {value}")
-    opts = tuple(float(o) for o in opts)
-    if opts and spec.sympy_expr is not None and all(o == round(o) for o in opts):
-        spec, opts = _specialized(spec, tuple(int(o) for o in opts)), ()
-    return _Funm.apply(A, _Bound(spec, opts))[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _specialized(spec: Spectral, opts: tuple) -> Spectral:
-    expr, var = _domains.parse(spec.sympy_expr, opts)
-    compiled = _compile(expr, var)
-    return Spectral(spec.name, f"{spec.expr} with {', '.join(f'{n} = {o}' for n, o in zip(spec.options, opts))}",
-                    f=compiled.f, dd=compiled.dd, dd2=compiled.dd2, frechet=spec.frechet, domain=compiled._domain,
-                    smooth=compiled._smooth)
-
-
-# ------------------------------------------------------------------ any SymPy function
-def funm(A, f):
-    """``f(A) = V f(w) V^H`` for a symmetric (Hermitian) ``A`` and any scalar ``f``, differentiable to
-    second order (reverse and forward mode, ``torch.func`` transforms), also at repeated
-    eigenvalues.
-
-    Args:
-        A: symmetric (Hermitian) ``(..., n, n)`` matrices, float32/float64 (complex64/complex128).
-        f: a SymPy expression in one symbol (``sympy.cos(x)``, ``x**3 - x``), or one of the generated
-            functions' names: ``"expm"`` (or ``"exp"``), ``"logm"`` (``"log"``), ``"sqrtm"``
-            (``"sqrt"``).  An expression is compiled on first use (the generator's own template and
-            stable divided differences; cached); for one used in a hot loop, or that needs an option,
-            generate it into a project instead (``adjointgen init``, a derivation that instantiates
-            ``derivations/funm.py``'s ``f``).
-
-    Raises:
-        ValueError: ``A`` not a symmetric floating matrix, or an eigenvalue outside ``f``'s domain
-            (named in the message); in a derivative, an eigenvalue where ``f'`` is not finite.
-        TypeError: ``f`` is neither a name of the catalogue nor a SymPy expression in one symbol.
-    """
-    return apply(_spec_of(f), A)
-
-
-def _spec_of(f) -> Spectral:
-    if isinstance(f, str):
-        from ..generated.torch import funm as generated
-
-        name = CATALOGUE_ALIASES.get(f, f)
-        spec = getattr(generated, "SPECTRAL", {}).get(name)
-        if spec is None or spec.options:
-            known = sorted(k for k, s in getattr(generated, "SPECTRAL", {}).items() if not s.options)
-            raise TypeError(f"funm: unknown function name {f!r}; use one of {', '.join(known)} or a SymPy "
-                            "expression (powm(A, p) takes its option)")
-        return spec
-    import sympy as sp
-
-    try:
-        expr = sp.sympify(f)
-    except (sp.SympifyError, TypeError):
-        raise TypeError(f"funm: f must be a SymPy expression in one symbol or a name, not {f!r}") from None
-    if not isinstance(expr, sp.Expr) or len(expr.free_symbols) != 1:
-        symbols = sorted(map(str, expr.free_symbols)) if isinstance(expr, sp.Expr) else "-"
-        raise TypeError(f"funm: f must be an expression in exactly one symbol, not {expr!r} (symbols: {symbols})")
-    (var,) = expr.free_symbols
-    return _compile(expr, var)
-
-
-_COMPILED: dict = {}
-
-
-def _compile(expr, var) -> Spectral:
-    """The :class:`Spectral` of ``expr`` (in ``var``), rendered from the generator's template."""
-    import sympy as sp
-
-    x = sp.Symbol("x", real=True)
-    expr = sp.sympify(expr).xreplace({var: x})
-    key = sp.srepr(expr)
-    if key not in _COMPILED:
-        from ..codegen.generate import render_instance
-        from ..generated.torch import funm as generated
-
-        ns = render_instance("torch", "funm_custom", expr, x)
-        _COMPILED[key] = Spectral("funm", sp.sstr(expr), f=ns["funm_custom_f"], dd=ns["funm_custom_dd"],
-                                  dd2=ns["funm_custom_dd2"], frechet=generated.FRECHET,
-                                  domain=ns["FUNM_CUSTOM_DOMAIN"], smooth=ns["FUNM_CUSTOM_SMOOTH"],
-                                  sympy_expr=(sp.sstr(expr), "x", ()))
-    return _COMPILED[key]
+    return _Funm.apply(A, _Bound(spec, tuple(float(o) for o in opts)))[0]

@@ -97,10 +97,15 @@ def lu_solve(xp, A, LU, pivots, B, adjoint: bool = False, left: bool = True):
     return xp.swapaxes(xp.linalg.solve(xp.swapaxes(M, -1, -2), xp.swapaxes(B, -1, -2)), -1, -2)
 
 
+def cuda_include_dir() -> str:
+    """The folder of the runtime's CUDA headers (``adjointgen_divided.cuh``)."""
+    return str(resources.files("adjointgen.runtime").joinpath("cuda"))
+
+
 @functools.lru_cache(maxsize=None)
 def _module(package: str, op: str):
     source = resources.files(package).joinpath("cuda", f"{op}.cu").read_text()
-    return cupy.RawModule(code=source, options=("--std=c++14",))
+    return cupy.RawModule(code=source, options=("--std=c++14", f"-I{cuda_include_dir()}"))
 
 
 def launch_pairwise_kernel(package: str, op: str, fn: str, part: str, w, X, threads: int = 256,
@@ -146,18 +151,17 @@ def launch_matrix_kernel(package: str, op: str, fn: str, w, *options, threads: i
     return out
 
 
-def check_spectrum(xp, name: str, w, sympy_expr, options=()):
-    """The eigenvalues ``w`` checked against the domain of ``f`` (:mod:`adjointgen.runtime.domains`):
-    snapped onto a closed end within rounding, else a :class:`ValueError` naming the eigenvalue."""
-    from . import domains
+def check_spectrum(xp, name: str, w, program, options=()):
+    """The eigenvalues ``w`` checked against the domain of ``f`` (a scalar program,
+    :func:`adjointgen.runtime.divided.check_domain`): snapped onto a closed end within rounding,
+    else a :class:`ValueError` naming the eigenvalue."""
+    from . import divided
 
-    where, _ = domains.intervals_for(sympy_expr, tuple(float(o) for o in options))
-    if w.size == 0 or where == domains.REALS:
+    if w.size == 0:
         return w
-    host = w.get() if is_cupy(xp) else numpy.asarray(w)
-    expr = sympy_expr[0]
-    snapped = domains.check_domain(name, expr, host, where)
-    return w if snapped is None else xp.asarray(snapped)
+    eps = numpy.finfo(w.dtype).eps
+    tol = 8 * w.shape[-1] * eps * xp.abs(w).max(axis=-1, keepdims=True)
+    return divided.check_domain(program, w, tuple(options), order=0, name=name, tol=tol)
 
 
 def shifted_solve(xp, A, B, U, w, X):
