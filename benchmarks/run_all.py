@@ -30,13 +30,14 @@ BENCHMARKS = [
     ("bench_factorizations", []),
     ("bench_pinv", []),
     ("bench_eigsh", []),
+    ("sweep_funm", []),
 ]
 
 
 def judged(result, quick: bool) -> str:
     """``met`` / ``MISSED`` against a target ``<= x`` (``--quick``: not judged)."""
     target = result.get("target") or ""
-    value = result.get("ratio", result.get("seconds"))
+    value = result.get("ratio", result.get("seconds", result.get("value")))
     match = re.fullmatch(r"\s*<=\s*([0-9.]+)\s*s?\s*", target)
     if quick or not match or value is None:
         return "-"
@@ -46,14 +47,15 @@ def judged(result, quick: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run; targets not judged)")
-    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh)")
+    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, "
+                                  "sweep)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None
     results, failed = [], []
     start = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for module_name, extra in BENCHMARKS:
-        short = module_name.removeprefix("bench_")
+        short = module_name.removeprefix("bench_") if module_name.startswith("bench_") else module_name.split("_")[0]
         if wanted and short not in wanted:
             continue
         print(f"\n===== {module_name} {' '.join(extra + (['--quick'] if args.quick else []))}", flush=True)
@@ -65,7 +67,12 @@ def main(argv=None) -> int:
             failed.append(module_name)
     rows = []
     for r in results:
-        value = f"{r['ratio']:.2f}" if "ratio" in r else f"{r['seconds']:.1f} s"
+        if "ratio" in r:
+            value = f"{r['ratio']:.2f}"
+        elif "seconds" in r:
+            value = f"{r['seconds']:.1f} s" if r["seconds"] >= 10 else f"{r['seconds']:.2f} s"
+        else:
+            value = format(r["value"], r.get("format", ".3g"))
         rows.append((r["benchmark"], r["case"], value, r.get("anchor", ""), r.get("target", ""), judged(r, args.quick)))
     import torch
 

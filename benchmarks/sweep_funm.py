@@ -161,10 +161,9 @@ def compile_times(names):
             if names and name not in names:
                 continue
             code = ("import time, sympy as sp; from adjointgen.codegen.scalar import compile_cached; "
-                    f"x = sp.Symbol('x', real=True); f = {sp.srepr(f)!s}; t = time.perf_counter(); "
-                    "compile_cached(f); print(time.perf_counter() - t)")
-            r = subprocess.run([sys.executable, "-c", "from sympy import *; " + code], env=env, capture_output=True,
-                               text=True)
+                    f"x = sp.Symbol('x', real=True); f = sp.sympify({sp.sstr(f)!r}, locals={{'x': x}}); "
+                    "t = time.perf_counter(); compile_cached(f); print(time.perf_counter() - t)")
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
             out[name] = float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else math.nan
     return out
 
@@ -206,6 +205,9 @@ def main(argv=None):
                 "value": max(c[1], c[3]), "format": ".2f", "target": "<= 1"} for cls, c in by_class.items()]
     if not args.no_compile_times:
         times = compile_times(names)
+        failed = sorted(k for k, v in times.items() if not math.isfinite(v))
+        if failed:
+            print(f"\ncompile failed in a fresh process: {', '.join(failed)}")
         worst = max(times, key=lambda k: times[k] if math.isfinite(times[k]) else math.inf)
         print("\nfirst-call compile time (fresh process, empty cache): "
               + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(times.items(), key=lambda kv: -kv[1])[:6]) + ", ...")

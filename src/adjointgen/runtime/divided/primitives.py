@@ -214,6 +214,19 @@ def first(X, kind, p, q, param, D: Derivatives):
         return first_generic(X, lambda u: value(X, kind, u, param), p, q, D)
 
 
+class _Masked:
+    """``D`` whose error records count only where ``mask`` holds (a branch that ``where`` may drop)."""
+
+    def __init__(self, D, mask):
+        self.D, self.mask = D, mask
+
+    def __call__(self, order, m):
+        return self.D(order, m)
+
+    def record(self, error, *points):
+        self.D.record(error * self.mask, *points)
+
+
 class _Scaled:
     """``sign * D``: the derivatives of ``sign * g`` (``erfc = 1 - erf``: ``erfc' = -erf'``)."""
 
@@ -244,11 +257,12 @@ def _erf_first(X, kind, p, q, D):
     ``G[-p, -q]`` (p, q < 0)."""
     G_D = D if kind == "erfc" else _Scaled(D, -1.0)
     G = lambda u: X.erfc(u)  # noqa: E731
-    own = first_generic(X, lambda u: value(X, kind, u), p, q, D)
     pos, neg = _tails(X, p, q)
-    if not (X.any(pos) or X.any(neg)):
+    tail = pos | neg
+    own = first_generic(X, lambda u: value(X, kind, u), p, q, _Masked(D, X.where(tail, 0.0, 1.0)))
+    if not X.any(tail):
         return own
-    G_pos = first_generic(X, G, X.abs(p), X.abs(q), G_D)
+    G_pos = first_generic(X, G, X.abs(p), X.abs(q), _Masked(G_D, X.where(tail, 1.0, 0.0)))
     if kind == "erf":
         return X.where(pos | neg, -G_pos, own)
     return X.where(pos | neg, G_pos, own)
@@ -272,6 +286,7 @@ def first_generic(X, g, p, q, D: Derivatives):
         series.add(g_k * power / math.factorial(2 * k + 1))
         power = power * h2
     if D(1, m) is None:  # no derivative program: the quotient
+        D.record(_relative(X, E_Q, Q), p, q)
         return Q
     S, E_S = series.S, series.error(eps)
     E_S = X.where(d == 0, 0.0, E_S)
@@ -512,7 +527,8 @@ def pow_second(X, p, q, r, c: float, D: Derivatives):
         odd = int(round(c)) % 2 == 1
         pos = (p >= 0) & (q >= 0) & (r >= 0)
         neg = (p <= 0) & (q <= 0) & (r <= 0)
-        same = second_generic(X, lambda a, b: pow_first(X, a, b, c), X.abs(p), X.abs(q), X.abs(r), D, degree=c)
+        D_same = _Masked(D, X.where(pos | neg, 1.0, 0.0))
+        same = second_generic(X, lambda a, b: pow_first(X, a, b, c), X.abs(p), X.abs(q), X.abs(r), D_same, degree=c)
         mixed = _second_from_pairs(X, first_fn, p, q, r)
         return X.where(pos, same, X.where(neg, -same if odd else same, mixed))
 
@@ -535,10 +551,10 @@ def second(X, kind, p, q, r, param, D: Derivatives):
         if kind in ("softplus", "sigmoid"):
             # softplus(x) = x + softplus(-x), sigmoid(x) = 1 - sigmoid(-x): the tiny side for x >= 0
             pos = (p >= 0) & (q >= 0) & (r >= 0)
-            own = second_generic(X, first_fn, p, q, r, D)
+            own = second_generic(X, first_fn, p, q, r, _Masked(D, X.where(pos, 0.0, 1.0)))
             if not X.any(pos):
                 return own
-            mirrored = second_generic(X, first_fn, -p, -q, -r, D)
+            mirrored = second_generic(X, first_fn, -p, -q, -r, _Masked(D, X.where(pos, 1.0, 0.0)))
             return X.where(pos, mirrored if kind == "softplus" else -mirrored, own)
         if kind == "xlogx":  # u log u: homogeneous of degree 1 up to a linear term
             return second_generic(X, first_fn, p, q, r, D, degree=1.0)
@@ -546,11 +562,13 @@ def second(X, kind, p, q, r, param, D: Derivatives):
 
 
 def _erf_second(X, kind, p, q, r, D):
-    own = second_generic(X, lambda a, b: first(X, kind, a, b, None, D), p, q, r, D)
     pos, neg = _tails(X, p, q, r)
-    if not (X.any(pos) or X.any(neg)):
+    tail = pos | neg
+    own_D = _Masked(D, X.where(tail, 0.0, 1.0))
+    own = second_generic(X, lambda a, b: first(X, kind, a, b, None, own_D), p, q, r, own_D)
+    if not X.any(tail):
         return own
-    G_D = D if kind == "erfc" else _Scaled(D, -1.0)
+    G_D = _Masked(D if kind == "erfc" else _Scaled(D, -1.0), X.where(tail, 1.0, 0.0))
     G1 = lambda a, b: first_generic(X, X.erfc, a, b, G_D)  # noqa: E731
     G_pos = second_generic(X, G1, X.abs(p), X.abs(q), X.abs(r), G_D)
     # erf = 1 - G (x > 0), G(-x) - 1 (x < 0); erfc = G (x > 0), 2 - G(-x) (x < 0)
