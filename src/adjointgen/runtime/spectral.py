@@ -99,6 +99,12 @@ class Spectral:
         finite = torch.isfinite(L)
         if bool(finite.all()):
             return self.frechet(w, V, G, L)
+        if bool(torch.isnan(L).any()):
+            i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
+            wf = w.reshape(-1, w.shape[-1])
+            raise ValueError(f"{self.name}: the divided difference of {self.expr} at the eigenvalues "
+                             f"{float(wf[0, i]):.6g} and {float(wf[0, j]):.6g} is not a number (an intermediate of "
+                             "f overflows); the derivative cannot be evaluated there")
         zero = torch.zeros((), dtype=L.dtype)
         K = self.frechet(w, V, G, torch.where(finite, L, zero))
         absV, absG = V.abs(), G.abs()
@@ -110,15 +116,10 @@ class Spectral:
         return torch.where((reach > 0) & (real == 0), torch.full((), math.nan, dtype=real.dtype).to(K.dtype), out)
 
     def checked_L(self, w, opts=(), A=None, order=1):
+        """``L`` where ``f`` is differentiable at every eigenvalue (:meth:`check_smooth`); its NaNs
+        are refused by :meth:`apply_rule`."""
         self.check_smooth(w, opts, order, A)
-        L = self.L(w, opts)
-        if L.numel() and bool(torch.isnan(L).any()):
-            i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
-            wf = w.reshape(-1, w.shape[-1])
-            raise ValueError(f"{self.name}: the divided difference of {self.expr} at the eigenvalues "
-                             f"{float(wf[0, i]):.6g} and {float(wf[0, j]):.6g} is not a number (an intermediate of "
-                             "f overflows); the derivative cannot be evaluated there")
-        return L
+        return self.L(w, opts)
 
 
 _ADVICE = {"logm": "; logm needs a positive definite A", "sqrtm": "; sqrtm needs a positive semidefinite A"}

@@ -61,6 +61,9 @@ class Arrays:
     def any(self, x) -> bool:
         return bool(self.m.any(x))
 
+    def max(self, x):
+        return self.m.max(x) if getattr(x, "size", 1) else -math.inf
+
     def full_like(self, x, value):
         return self.m.full_like(x, value)
 
@@ -157,6 +160,9 @@ class TorchArrays(Arrays):
 
     def any(self, x) -> bool:
         return bool(x.any()) if isinstance(x, self.m.Tensor) else bool(x)
+
+    def max(self, x):
+        return x.max() if x.numel() else -math.inf
 
     def exponent(self, x):
         return self.m.frexp(x)[1]

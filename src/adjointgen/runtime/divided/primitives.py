@@ -139,18 +139,20 @@ def _ratio(X, f, z):
 
 def _phi1(X, d):
     """``(1 - e^-d)/d`` for ``d >= 0`` (1 at 0)."""
-    return X.where(d == 0, 1.0, -X.expm1(-d) / _safe(X, d))
+    with X.errstate():
+        return X.where(d == 0, 1.0, X.expm1(-d) / -d)
 
 
 def _times_exp(X, e_arg, factor):
-    """``exp(e_arg) * factor`` for ``factor > 0``, through ``exp(e_arg + log factor)`` where
-    ``exp(e_arg)`` overflows or underflows but the product need not."""
-    e = X.exp(e_arg)
-    direct = e * factor
+    """``exp(e_arg) * factor`` for ``0 < factor <= 1``, through ``exp(e_arg + log factor)`` where
+    ``exp(e_arg)`` overflows but the product need not (where it underflows, so does the product).
+    The second form is evaluated only when some ``e_arg`` is past the overflow threshold."""
+    direct = X.exp(e_arg) * factor
+    if float(X.max(e_arg)) <= X.log_max(e_arg):
+        return direct
     with X.errstate():
         logform = X.exp(e_arg + X.log(factor))
-    ok = X.isfinite(direct) & ((direct != 0) | (factor == 0))
-    return X.where(ok, direct, logform)
+    return X.where(X.isfinite(direct), direct, logform)
 
 
 def _logabs_expm1(X, z):
