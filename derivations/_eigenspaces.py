@@ -40,7 +40,7 @@ def eigenvalues_and_rotation(d, e, n):
     T = d.imaginary_diagonal("Theta", n)
     fix = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dC), ZeroMatrix(n, n)))
     # inside a cluster of equal eigenvalues E_ij = 0: the rotations U_c -> U_c Q are a gauge too
-    K = d.clusters(D)
+    K = d.clusters(D, completes=U)
     Omega = d.parameter("Omega", n, n, skew=True, within=K)
     d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
             fix=(HadamardProduct(K, dC), ZeroMatrix(n, n)))

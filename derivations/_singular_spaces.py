@@ -75,7 +75,7 @@ def inside(d, S, a, b, e, *, phases=None):
                       fix=(d.diag(dCP), ZeroMatrix(k, k)))
     # off the diagonal: the gaps, with the rotations inside clusters as a gauge
     plus, E = d.hadamard_split(plus, S, dCP, "E")
-    K = d.clusters(S, what="singular values")
+    K = d.clusters(S, what="singular values", completes=(e["U"], e["V"]))
     Omega = d.parameter("Omega", k, k, skew=True, within=K)
     d.gauge("rotations inside clusters of equal singular values: (U_c, V_c) -> (U_c Q, V_c Q)", Omega,
             {e["U"]: e["U"] * Omega, e["V"]: e["V"] * Omega}, fix=(HadamardProduct(K, dCP), ZeroMatrix(k, k)))

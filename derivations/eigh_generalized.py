@@ -117,7 +117,7 @@ T = d.imaginary_diagonal("Theta", n)
 phase = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dW), ZeroMatrix(n, n)))
 # inside a cluster of equal eigenvalues E_ij = 0: the rotations U_c -> U_c Q (Q orthogonal keeps
 # U^T B U = I) are a gauge; dW is zero there, its determined part -U^T dB U / 2 stays in dC
-K = d.clusters(D)
+K = d.clusters(D, completes=U)
 Omega = d.parameter("Omega", n, n, skew=True, within=K)
 d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
         fix=(HadamardProduct(K, dW), ZeroMatrix(n, n)))

@@ -84,7 +84,7 @@ dD_sol = d.solve_for(d.hermitian_part(d.diagonal_part(p, "diagonal part (E_ii = 
 T = d.imaginary_diagonal("Theta", k)
 phase = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dC), ZeroMatrix(k, k)))
 # rotations inside clusters of equal kept eigenvalues are a gauge (dC is zero there)
-K = d.clusters(D)
+K = d.clusters(D, completes=U)
 Omega = d.parameter("Omega", k, k, skew=True, within=K)
 d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
         fix=(HadamardProduct(K, dC), ZeroMatrix(k, k)))

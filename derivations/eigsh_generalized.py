@@ -99,7 +99,7 @@ T = d.imaginary_diagonal("Theta", k)
 phase = d.gauge("u_j -> e^{i theta_j} u_j", T, {U: U * T}, fix=(d.diag(dW), ZeroMatrix(k, k)))
 # rotations inside clusters of equal kept eigenvalues are a gauge (dW is zero there; Q unitary
 # keeps U^T B U = I)
-K = d.clusters(D)
+K = d.clusters(D, completes=U)
 Omega = d.parameter("Omega", k, k, skew=True, within=K)
 d.gauge("rotations inside clusters of equal eigenvalues: U_c -> U_c Q", Omega, {U: U * Omega},
         fix=(HadamardProduct(K, dW), ZeroMatrix(k, k)))

@@ -171,7 +171,7 @@ def test_a_basis_dependent_loss_raises_naming_the_cluster():
 
 @pytest.mark.parametrize("loss", [
     lambda w, V: w[0],  # one eigenvalue of a degenerate pair: not differentiable
-    lambda w, V: (V @ torch.diag(w.square()) @ V.mT * G).sum(),  # f(A) through the eigendecomposition
+    lambda w, V: w[0] + (V @ torch.diag(w.square()) @ V.mT * G).sum(),  # a sum of terms of different forms
 ])
 def test_a_loss_on_individual_eigenvalues_of_a_cluster_raises(loss):
     A = A_DEG.clone().requires_grad_()

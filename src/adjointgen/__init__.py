@@ -17,6 +17,7 @@ _LAZY = {
     "GaugeDependentLossError": "adjointgen.runtime.gauge",
     "PhaseDependentLossError": "adjointgen.runtime.gauge",
     "DegenerateSubspaceError": "adjointgen.runtime.gauge",
+    "ComplementBasisError": "adjointgen.runtime.gauge",
     "LinearOperator": "adjointgen.runtime.linear_operator",
     "NotPositiveDefiniteError": "adjointgen.runtime.checks",
     "SingularMatrixError": "adjointgen.runtime.checks",

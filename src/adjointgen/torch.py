@@ -274,24 +274,14 @@ def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | N
     else:
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
+        if isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-2] != A.shape[-1]:
+            from .runtime.svd import guard_null_space
+
+            if A.shape[-2] > A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
+                U = guard_null_space(U, S, cluster_rtol)
+            else:
+                Vh = guard_null_space(Vh.mH, S, cluster_rtol).mH
     return U, S, Vh
-
-
-def _warn_degenerate(S: torch.Tensor) -> None:
-    """Warn when the SVD rule divides by a (near-)zero gap or singular value."""
-    with torch.no_grad():
-        eps = torch.finfo(S.dtype).eps
-        scale = S.amax(-1, keepdim=True).clamp_min(torch.finfo(S.dtype).tiny)
-        tol = (eps ** 0.5) * scale
-        gaps = (S[..., :-1] - S[..., 1:]).abs()
-        small = S.amin(-1)
-        if S.shape[-1] > 1 and bool((gaps <= tol[..., :1]).any()):
-            i = int((gaps <= tol[..., :1]).flatten(0, -2).any(0).nonzero()[0]) if gaps.dim() > 1 else int((gaps <= tol[..., 0]).nonzero()[0])
-            warnings.warn(f"svd: singular values {i} and {i + 1} are (nearly) equal: the gradient of U and V "
-                          "divides by their gap and is ill-defined", UserWarning, stacklevel=3)
-        if bool((small <= tol[..., 0]).any()):
-            warnings.warn("svd: a singular value is (nearly) zero: the gradient of U and V divides by it",
-                          UserWarning, stacklevel=3)
 
 
 def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
@@ -313,8 +303,11 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     Returns:
         ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` (descending when ``largest``), ``(..., k, n)``.
 
-    A warning names a pair of (nearly) equal singular values, or a (nearly) zero one, where the
-    rule divides by them.
+    Equal singular values (to ``cluster_rtol``, as for :func:`svd`): a loss that depends on the
+    basis of their singular vectors, or on the individual values, raises
+    :class:`adjointgen.DegenerateSubspaceError` in the backward; so does a loss that uses a kept
+    pair of a cluster that ``k`` cuts.  The left vectors of zero singular values are completed to
+    an orthonormal set.
     """
 
     checks.tensor(A, "A")
@@ -337,8 +330,6 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     from .runtime.svds import SvdsFunction
 
     U, S, V = SvdsFunction.apply(A, k, largest, tol, maxiter)
-    if A.requires_grad and not checks._is_traced(A):
-        _warn_degenerate(S)
     return U, S, V.mT
 
 

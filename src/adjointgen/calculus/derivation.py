@@ -283,6 +283,8 @@ class Derivation:
         self.gauges: list[Gauge] = []
         self.gauge_rules: dict[str, Rule] = {}
         self.cluster_meaning: dict[str, str] = {}
+        #: cluster indicator -> the output whose spectral losses the backward completes there
+        self.cluster_completion: dict[str, str] = {}
         #: scalar functions the derivation is generic in (``f`` of ``X = U f(D) U^T``), by name
         self.functions: dict[str, sp.FunctionClass] = {}
         #: outputs the forward returns for the rules only (see :meth:`output`)
@@ -518,13 +520,20 @@ class Derivation:
             self.structure.clustered[name] = within.name
         return sym
 
-    def clusters(self, D: MatrixSymbol, name: str = "K", what: str = "eigenvalues") -> "PairwiseMatrix":
+    def clusters(self, D: MatrixSymbol, name: str = "K", what: str = "eigenvalues",
+                 completes=None) -> "PairwiseMatrix":
         """The cluster indicator of a diagonal output ``D``: ``K_ij = 1`` when ``d_i`` and ``d_j``
         (``i != j``) belong to one cluster of equal values, else 0.  Rotations of the vectors
         inside a cluster leave the identities unchanged: a gauge (declare it with a parameter
         ``within=K``); where a step solves ``E ∘ X = R`` with ``E_ij = 0`` inside the clusters, pass
         ``clusters=K`` to :meth:`solve_offdiagonal`.  Generated code detects clusters with a relative
-        tolerance (:mod:`adjointgen.runtime.degeneracy`)."""
+        tolerance (:mod:`adjointgen.runtime.degeneracy`).
+
+        ``completes=U`` (the orthonormal output whose columns pair with ``D``; ``(U, V)`` for the
+        two sides of an SVD): a loss through ``U f(D) U^H`` (``U f(S) V^H``; any smooth function of
+        it) has a gradient at a cluster although its cotangents of ``D`` differ there; the generated
+        backward recovers it from the cotangents (:func:`adjointgen.runtime.degeneracy.complete`)
+        instead of refusing the loss."""
         if D.name not in self.structure.diagonal:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: clusters() needs a diagonal symbol, not {D}")
         definition = PairwiseDef(name, D.name, SameCluster(DI, DJ), sp.Integer(0),
@@ -533,6 +542,9 @@ class Derivation:
         K = PairwiseMatrix.define(definition, D.shape[0])
         self.pairwise[name] = definition
         self.cluster_meaning[name] = what  # for error messages: "eigenvalues", "singular values"
+        if completes is not None:
+            targets = completes if isinstance(completes, (tuple, list)) else (completes,)
+            self.cluster_completion[name] = tuple(t.name for t in targets)
         return K
 
     def function(self, name: str) -> sp.FunctionClass:

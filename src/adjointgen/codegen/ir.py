@@ -68,6 +68,9 @@ class ResidualIR:
     vector: str | None = None
     split: str | None = None
     what: str = "eigenvalues"
+    #: the vectors (their cotangents are ``g`` + name) whose spectral losses are completed at
+    #: clusters (:func:`adjointgen.runtime.degeneracy.complete`); empty: none
+    completes: tuple[str, ...] = ()
 
 
 #: parameter roles that are keyword arguments with default ``None`` in generated rule functions

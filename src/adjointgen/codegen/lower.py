@@ -610,14 +610,18 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
         gauge_params = {k: v for k, v in vjp_params.items() if k in symbols}
         indicators = [p for p in code.atoms(PairwiseMatrix) if p.definition.is_indicator]
         vector = split = None
+        completes = ()
         what = "eigenvalues"
         if indicators:
             diag = indicators[0].definition.diagonal_of
             vector = api[diag]
             split = "g" + vector if ("g" + diag) in vjp_params else None
             what = d.cluster_meaning.get(indicators[0].name, "eigenvalues")
+            targets = d.cluster_completion.get(indicators[0].name, ())
+            if targets and split is not None and all(("g" + t) in vjp_params for t in targets):
+                completes = tuple(api[t] for t in targets)
         info = ResidualIR(gauge_name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
-                          vector, split, what)
+                          vector, split, what, completes)
         suffix = "" if gauge_name == "phase" else f"_{gauge_name}"
         if d.structure.complex:
             gauge_rules.append(rule("gauge", {res_name: code}, gauge_params, {res_name: out}, {res_name: raw}, True,

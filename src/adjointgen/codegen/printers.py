@@ -133,10 +133,10 @@ TORCH = ArrayPrinter(
         "pairwise_mul_skew": "{fn}_times({0}, {1} - {1}.mH, 0.5{extra})",
         "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mH, 0.5{extra})",
         "diag_sym": "{0}.diagonal(dim1=-2, dim2=-1).real",
-        "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).imag",
+        "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).resolve_conj().imag",
         "conj": "{0}.conj()",
         "real_part": "{0}.real",
-        "imaginary_part": "1j * {0}.imag",
+        "imaginary_part": "1j * {0}.resolve_conj().imag",
     },
 )
 

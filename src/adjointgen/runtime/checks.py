@@ -12,8 +12,8 @@ import torch
 
 __all__ = [
     "NotPositiveDefiniteError", "SingularMatrixError", "broadcast_batch", "finite", "floating", "matrix",
-    "matrix_input", "positive_definite", "same_dtype_and_device", "same_size", "symmetric", "symmetric_matrix",
-    "tensor",
+    "matrix_input", "physical", "positive_definite", "same_dtype_and_device", "same_size", "symmetric",
+    "per_element", "rebatch", "symmetric_matrix", "tensor", "vmap_as_batch", "vmap_by_loop",
 ]
 
 
@@ -45,6 +45,146 @@ def _wraps_batched(x) -> bool:
             return True
         x = get_unwrapped(x)
     return False
+
+
+def vmap_as_batch(function, info, in_dims, *args):
+    """The ``vmap`` rule of an autograd function whose inputs take batch dimensions: the vmapped
+    dimension of each tensor goes in front (an unbatched tensor is expanded), the function runs on
+    those tensors -- plain ones, so value checks and host decisions work -- and every output is
+    batched along dimension 0."""
+    moved = []
+    for a, d in zip(args, in_dims):
+        if isinstance(a, torch.Tensor):
+            a = a.expand(info.batch_size, *a.shape) if d is None else a.movedim(d, 0)
+        moved.append(a)
+    out = function.apply(*moved)
+    if isinstance(out, tuple):
+        return out, (0,) * len(out)
+    return out, 0
+
+
+def vmap_by_loop(function, info, in_dims, *args):
+    """The ``vmap`` rule of an autograd function that takes one problem at a time (a partial
+    eigensolver): one call per batch element, the tensor outputs stacked along dimension 0, the
+    other outputs (solver aids, cut markers) taken from the first element."""
+    results = []
+    for i in range(info.batch_size):
+        one = [a.select(d, i) if isinstance(a, torch.Tensor) and d is not None else a for a, d in zip(args, in_dims)]
+        out = function.apply(*one)
+        results.append(out if isinstance(out, tuple) else (out,))
+    stacked, dims = [], []
+    for parts in zip(*results):
+        if isinstance(parts[0], torch.Tensor):
+            stacked.append(torch.stack(parts))
+            dims.append(0)
+        else:  # a solver's aid, a cut marker: merged where it knows how, else the first one's
+            merge = getattr(type(parts[0]), "merge", None)
+            stacked.append(merge(parts) if merge is not None else parts[0])
+            dims.append(None)
+    return tuple(stacked), tuple(dims)
+
+
+class _Opaque:
+    """A non-tensor argument of an autograd function (not flattened by the transforms)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _PerElement(torch.autograd.Function):
+    """``fn(*args)`` once per batch element under ``vmap`` (plain tensors each time): for a
+    backward whose solves and checks decide on values.  Not differentiated further."""
+
+    @staticmethod
+    def forward(fn, *args):
+        out = fn.value(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(*[o for o in output if isinstance(o, torch.Tensor)])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("second derivatives of a per-element backward under vmap are not available")
+
+    @staticmethod
+    def vmap(info, in_dims, fn, *args):
+        return vmap_by_loop(_PerElement, info, in_dims, fn, *args)
+
+
+def per_element(fn, *args):
+    """``fn(*args)`` (a tuple of tensors), evaluated once per batch element when the tensors are
+    batched by ``vmap`` (:func:`vmap_by_loop`), directly otherwise."""
+    if any(isinstance(a, torch.Tensor) and _is_traced(a) for a in args):
+        return _PerElement.apply(_Opaque(fn), *args)
+    return fn(*args)
+
+
+def physical(*tensors, levels: bool = False):
+    """Plain tensors holding the values of ``tensors`` -- which may be wrapped by ``torch.func``
+    transforms (``vmap``'s BatchedTensors, ``grad``'s wrappers) -- with every ``vmap`` level's
+    dimension in front, aligned across the tensors (size 1 where a tensor is not batched at a
+    level), for checks that read values on the host.  ``None`` stays ``None``; a tensor being
+    traced by a compiler makes the result ``None`` (no values to read).  With ``levels=True`` the
+    result is ``(tensors, vmap levels in front order)``, for :func:`rebatch`."""
+    if torch.compiler.is_compiling():
+        return None
+    found: set = set()
+    try:
+        from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, \
+            maybe_get_level
+    except ImportError:  # pragma: no cover - older torch
+        return tensors
+    peeled = []
+    found = set()
+    for t in tensors:
+        if t is None:
+            peeled.append(None)
+            continue
+        dims = []
+        x = t
+        while is_functorch_wrapped_tensor(x):
+            if is_batchedtensor(x):
+                level, bdim = maybe_get_level(x), maybe_get_bdim(x)
+                x = get_unwrapped(x).movedim(bdim, 0)
+                dims.append(level)
+                found.add(level)
+            else:
+                x = get_unwrapped(x)
+        peeled.append((x, dims))  # dims: outermost batch dimension first is the innermost level
+    if not found:
+        plain = tuple(None if p is None else p[0] for p in peeled)
+        return (plain, []) if levels else plain
+    order = sorted(found)  # outer levels have smaller numbers: put them first
+    out = []
+    for p in peeled:
+        if p is None:
+            out.append(None)
+            continue
+        x, dims = p
+        # x has dims[-1] (outermost peeled last) ... dims[0] in front: reorder to `order`
+        present = list(reversed(dims))  # the leading dimensions of x, in order
+        for level in order:
+            if level not in present:
+                x = x.unsqueeze(0)
+                present.insert(0, level)
+        perm = [present.index(level) for level in order]
+        x = x.permute(*perm, *range(len(order), x.dim()))
+        out.append(x)
+    return (tuple(out), order) if levels else tuple(out)
+
+
+def rebatch(x: torch.Tensor, levels) -> torch.Tensor:
+    """The inverse of :func:`physical` for one result: ``x`` with one leading dimension per ``vmap``
+    level (in :func:`physical`'s order) wrapped back into BatchedTensors of those levels."""
+    from torch._C._functorch import _add_batch_dim
+
+    for level in levels:
+        x = _add_batch_dim(x, 0, level)
+    return x
 
 
 def tensor(x, name: str) -> torch.Tensor:

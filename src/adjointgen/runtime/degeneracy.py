@@ -94,11 +94,14 @@ def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
     :func:`cluster_mask` has it, in ``O(n log n)``: neighbours after sorting (the backward skips
     the cluster residual, which is zero, when there is none).  ``False`` for a tensor batched by
     ``vmap``, where :func:`check` cannot raise and is skipped."""
-    from .checks import _is_traced
+    from .checks import physical
 
-    if d.shape[-1] < 2 or d.numel() == 0 or _is_traced(d):  # under vmap the check is skipped anyway
+    if d.shape[-1] < 2 or d.numel() == 0:
         return False
-    return _close_pair(d, "difference", default_rtol(d.dtype) if rtol is None else float(rtol))
+    plain = physical(d)
+    if plain is None:  # a compiler traces the values: no host decision (the check is skipped too)
+        return False
+    return _close_pair(plain[0], "difference", default_rtol(d.dtype) if rtol is None else float(rtol))
 
 
 #: the last few answers of :func:`_close_pair` (a backward asks for the same vector twice: the
@@ -215,11 +218,15 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
     """Raise :class:`DegenerateSubspaceError` when, inside a cluster of equal ``what``, the loss
     depends on the basis (the derived residual is not zero) or on the individual values (their
     cotangents ``split`` differ)."""
-    from .checks import _is_traced
+    from .checks import physical
     from .gauge import DegenerateSubspaceError
 
-    if _is_traced(residual) or clusters.numel() == 0:
+    if clusters.numel() == 0:
         return
+    plain = physical(residual, clusters, split, *cotangents)
+    if plain is None:  # a compiler traces the values
+        return
+    residual, clusters, split, *cotangents = plain
     with torch.no_grad():
         if not bool(clusters.any()):
             return
@@ -258,3 +265,259 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
             "adjointgen.runtime.gauge.set_enabled(False)")
+
+
+# ------------------------------------------------------------------ a generic basis of exact clusters
+#: values within this many ulps of the largest (times n) count as equal to rounding: their vectors
+#: are rotated to a generic basis by the forward
+ROUNDING_ULPS = 16
+
+
+def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A fixed orthogonal (complex: unitary) ``k × k`` matrix with no special structure: QR of a
+    matrix drawn from a generator seeded by ``k`` (the same in every process)."""
+    key = (k, dtype, str(device))
+    R = _ROTATIONS.get(key)
+    if R is None:
+        g = torch.Generator().manual_seed(0x5EED + k)
+        real = torch.empty((), dtype=dtype).real.dtype
+        M = torch.randn(k, k, dtype=torch.float64, generator=g)
+        if dtype.is_complex:
+            M = M + 1j * torch.randn(k, k, dtype=torch.float64, generator=g)
+        Q, Rr = torch.linalg.qr(M)
+        Q = Q * (Rr.diagonal().sgn().conj() if dtype.is_complex else Rr.diagonal().sign())
+        R = Q.to(dtype=dtype if dtype.is_complex else real, device=device)
+        _ROTATIONS[key] = R
+    return R
+
+
+_ROTATIONS: dict = {}
+
+
+def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
+    """For each matrix of the batch (flattened), the clusters (index lists) of values equal to
+    rounding (``|d_i - d_j| <= ROUNDING_ULPS n eps max|d|``), or ``None`` when there is none (an
+    ``O(n log n)`` host test)."""
+    if d.shape[-1] < 2 or d.numel() == 0:
+        return None
+    real = d.real.dtype if d.is_complex() else d.dtype
+    rtol = ROUNDING_ULPS * d.shape[-1] * torch.finfo(real).eps
+    if not _close_pair(d, "difference", rtol):
+        return None
+    flat = d.detach().reshape(-1, d.shape[-1]).cpu()
+    out = []
+    for row in flat:
+        scale = float(row.abs().max().clamp_min(torch.finfo(real).tiny))
+        order = torch.argsort(row).tolist()
+        clusters, current = [], [order[0]]
+        for a, b in zip(order, order[1:]):
+            if float(row[b] - row[a]) <= rtol * scale:
+                current.append(b)
+            else:
+                if len(current) > 1:
+                    clusters.append(sorted(current))
+                current = [b]
+        if len(current) > 1:
+            clusters.append(sorted(current))
+        out.append(clusters)
+    return out if any(out) else None
+
+
+def generic_basis(d: torch.Tensor, *vectors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``vectors`` (each ``(..., m, n)``, columns paired with the values ``d`` ``(..., n)``) with the
+    columns of every cluster of values equal to rounding rotated by one fixed generic orthogonal
+    (unitary) matrix -- the same for every array, so ``U S V^H`` and ``V^H B V = I`` are kept.
+
+    Inside an exactly degenerate eigenspace any basis is as valid, and LAPACK's has exact zeros
+    (the identity's eigenvectors are ``I``): at such a basis the first-order test of whether a loss
+    depends on the basis can vanish by accident (``V[1, 0]``, ``Vh[1, 0]``).  At a generic basis it
+    cannot, so the backward's checks do not depend on the basis LAPACK happened to pick.  Values
+    only near-equal (apart by more than rounding) keep their eigenvectors."""
+    from .checks import _is_traced
+
+    if not vectors or any(_is_traced(v) for v in (d, *vectors)):
+        return vectors
+    clusters = rounding_clusters(d)
+    if clusters is None:
+        return vectors
+    batch = d.shape[:-1]
+    out = []
+    for V in vectors:
+        W = V.detach().clone().reshape(-1, *V.shape[-2:]) if V.dim() > 2 else V.detach().clone()[None]
+        flat_batch = W.shape[0]
+        for b in range(flat_batch):
+            for c in clusters[b % len(clusters)] if len(clusters) == flat_batch else clusters[0]:
+                idx = torch.tensor(c, device=V.device)
+                R = _generic_rotation(len(c), V.dtype, V.device)
+                W[b][:, idx] = W[b][:, idx] @ R
+        out.append(W.reshape(*batch, *V.shape[-2:]) if V.dim() > 2 else W[0])
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ spectral losses at clusters
+def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rtol=None, broadening=None,
+             what: str = "eigenvalues"):
+    """``(*vectors, gd, *cotangents)`` re-expressed so that the rule gives the exact gradient of a
+    loss through ``V f(D) V^H`` (``U f(S) V^H`` for the SVD) at a cluster of equal values ``d``.
+
+    At a cluster the rule keeps, of the cluster's block ``M`` of the gradient (the symmetric part of
+    it, for the SVD), only its diagonal ``gd``: enough when ``M`` is a multiple of the identity (the
+    sum of the cluster's eigenvalues, a projector onto it), which the cotangents show by equal ``gd``
+    at the generic basis the forward returns (:func:`generic_basis`).  For a loss
+    ``Φ(V diag(f(d)) V^H)`` -- ``V diag(w) V^H`` itself, ``exp``, any ``f`` -- ``M = f'(d_c) V_c^H ∇Φ V_c``
+    is not; the cotangents carry it nevertheless: ``gd_i = f' (V_c^H ∇Φ V_c)_ii`` and
+    ``S = sym(V_c^H gV_c) = 2 f(d_c) V_c^H ∇Φ V_c`` (for the SVD, ``sym(U_c^H gU_c + V_c^H gV_c)/2``), so
+    ``gd = ρ diag(S)`` with one ``ρ`` per cluster and ``M = ρ S``.  When the cotangents fit that
+    form (to ``sqrt(eps)``, or to the cluster's own spread of values when that is larger), ``M`` is
+    diagonalised, ``M = Q Λ Q^H``, and the rule gets ``V_c Q`` (``U_c Q``), ``Λ`` and ``gV_c Q``: the
+    same loss in the basis where its block is diagonal.  When they do not (``w[0]`` alone, a sum of
+    terms of different forms, ``f(d_c) = 0``), no gradient follows from them and
+    :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` is raised, as for any loss that
+    depends on the individual values of a cluster.
+
+    Inside a ``torch.func`` transform that batches the values (``vmap``) nothing is re-expressed:
+    the split check raises instead (a clear error, never a wrong gradient)."""
+    from .checks import _is_traced
+    from .gauge import DegenerateSubspaceError
+
+    vectors, cotangents = tuple(vectors), tuple(cotangents)
+    unchanged = (*vectors, gd, *cotangents)
+    if broadening is not None or d.shape[-1] < 2 or not has_clusters(d, rtol):
+        return unchanged
+    if any(_is_traced(t) for t in (d, gd, *vectors, *cotangents)):
+        # vmap: re-expressed by an autograd function whose vmap rule hands it the plain tensors
+        out = _Complete.apply(_Options((op, len(vectors), rtol, broadening, what)), d, gd, *vectors, *cotangents)
+        return tuple(out)
+    mask = cluster_mask(d, rtol)
+    real = d.dtype
+    eps = torch.finfo(real).eps
+    tiny = torch.finfo(real).tiny
+    batch = d.shape[:-1]
+    n = d.shape[-1]
+    flat = [X.reshape(-1, *X.shape[-2:]) for X in vectors]
+    gflat = [G.reshape(-1, *G.shape[-2:]) for G in cotangents]
+    gdf = gd.reshape(-1, n)
+    dflat = d.detach().reshape(-1, n)
+    maskf = mask.reshape(-1, n, n)
+    dtype = vectors[0].dtype
+    Q_full = torch.eye(n, dtype=dtype, device=d.device).repeat(gdf.shape[0], 1, 1)
+    new_gd = [gdf[b] for b in range(gdf.shape[0])]
+    changed = False
+    for b in range(maskf.shape[0]):
+        for members in _clusters_of(maskf[b].cpu()):
+            idx = torch.tensor(members, device=d.device)
+            g = gdf[b].index_select(0, idx)
+            level = float(g.detach().abs().max())
+            spread = float((g.detach() - g.detach().mean()).abs().max())
+            if spread <= max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny:
+                continue  # the block is a multiple of the identity: the rule's own answer
+            S = 0
+            for X, G in zip(flat, gflat):
+                Xc, Gc = X[b].index_select(-1, idx), G[b].index_select(-1, idx)
+                S = S + Xc.mH @ Gc
+            S = S / len(flat)
+            S = 0.5 * (S + S.mH)
+            s = S.diagonal().real
+            rho = (g * s).sum() / (s * s).sum().clamp_min(tiny)
+            values = dflat[b].index_select(0, idx)
+            width = float(values.max() - values.min()) / max(float(dflat[b].abs().max()), tiny)
+            allowed = max(math.sqrt(eps), 100 * width)
+            scale = level + float(rho.detach().abs()) * float(s.detach().abs().max())
+            size = max(float(G[b].detach().abs().max()) for G in gflat) + tiny
+            fits = (float((g - rho * s).detach().abs().max()) <= allowed * scale + tiny
+                    and float(s.detach().abs().max()) > math.sqrt(eps) * size)
+            if not fits:
+                where = f"batch index {b}, " if len(batch) else ""
+                raise DegenerateSubspaceError(
+                    f"{op}: the loss depends on the individual {what} of a cluster ({where}{what} {members} are "
+                    f"equal within the cluster tolerance), which are not differentiable there, and its cotangents "
+                    f"are not those of a function of V diag(f(w)) V^H (U f(S) V^H), whose gradient they would "
+                    f"determine; only symmetric functions of a cluster (their sum, the projector onto it), "
+                    f"functions of V diag(f(w)) V^H, and adjointgen.torch.funm are differentiable at a cluster. "
+                    f"Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), use "
+                    f"broadening= for a biased finite surrogate, or disable the check with "
+                    f"adjointgen.runtime.gauge.set_enabled(False)")
+            M = rho * S
+            _, Q = torch.linalg.eigh(M.detach())
+            Q_full[b][idx.unsqueeze(-1), idx] = Q.to(dtype)
+            new_gd[b] = new_gd[b].index_put((idx,), (Q.mH @ M @ Q).diagonal().real.to(gd.dtype))
+            changed = True
+    if not changed:
+        return unchanged
+    Q_full = Q_full.reshape(*batch, n, n)
+    return (*(X @ Q_full for X in vectors), torch.stack(new_gd).reshape(gd.shape),
+            *(G @ Q_full for G in cotangents))
+
+
+# ------------------------------------------------------------------ a partial decomposition's cut
+def cut_error(op: str, k: int, largest: bool, values, split, what: str = "the gradient of a loss that uses them",
+              kind: str = "eigenvalue"):
+    from .gauge import DegenerateSubspaceError
+
+    side = "largest" if largest else "smallest"
+    shown = ", ".join(f"{float(values[i]):.6g}" for i in split)
+    return DegenerateSubspaceError(
+        f"{op}: k = {k} cuts through a degenerate {kind}: the kept {kind}(s) {shown} "
+        f"(index {', '.join(map(str, split))}) coincide with the first discarded one to within the "
+        f"solver's resolution, so which vectors of that cluster are the {k} {side} is "
+        f"arbitrary and {what} is not defined. Change k so the cluster is kept whole or left out, or "
+        "make the loss independent of those pairs")
+
+
+def check_cut(op: str, k: int, largest: bool, values, split, cotangents, what: str = "eigenvalues") -> None:
+    """Raise when ``k`` cuts a cluster and the loss uses a kept member of it: the cluster's kept
+    vectors are then an arbitrary part of its eigenspace and nothing about them is differentiable
+    -- not the vectors, not the values (the sum of the ``k`` extreme eigenvalues has a kink there,
+    Ky Fan).  ``cotangents=None`` (forward mode, which cannot know what the loss uses) raises
+    whenever there is a cut.  The cotangents are read on the host (``torch.func`` wrappers taken
+    off)."""
+    from .checks import physical
+
+    kind = "singular value" if what == "singular values" else "eigenvalue"
+    if cotangents is None:
+        raise cut_error(op, k, largest, values, split, "the forward-mode derivative of those pairs", kind)
+    index = torch.tensor(split, device=values.device)
+    for g in cotangents:
+        if g is None:
+            continue
+        plain = physical(g)
+        if plain is None:
+            continue
+        if bool((plain[0].index_select(-1, index) != 0).any()):
+            raise cut_error(op, k, largest, values, split, kind=kind)
+
+
+class _Options:
+    """Opaque non-tensor arguments of :class:`_Complete` (not flattened by the transforms)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        self.values = values
+
+
+class _Complete(torch.autograd.Function):
+    """:func:`complete` under ``vmap``: its ``vmap`` rule makes the batch dimension a batch
+    dimension of plain tensors, where the clusters are found and re-expressed per matrix.  The
+    re-expressed cotangents are not differentiated further (second derivatives at a cluster under
+    ``vmap`` are not available)."""
+
+    @staticmethod
+    def forward(options, d, gd, *rest):
+        op, k, rtol, broadening, what = options.values
+        out = complete(op, d, rest[:k], gd, rest[k:], rtol, broadening, what)
+        return tuple(t.clone() if any(t is x for x in (d, gd, *rest)) else t for t in out)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(*output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("second derivatives through a cluster's completion under vmap are not available")
+
+    @staticmethod
+    def vmap(info, in_dims, options, d, gd, *rest):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(_Complete, info, in_dims, options, d, gd, *rest)

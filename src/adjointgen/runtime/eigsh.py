@@ -43,6 +43,7 @@ import torch
 
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
+from . import degeneracy as _degeneracy
 from . import gauge as _gauge
 from .eigsolvers import partial_eigh
 from .gauge import DegenerateSubspaceError
@@ -79,14 +80,7 @@ def _operator(spec, A, B, params):
 
 
 def _split_error(spec, w, split, what):
-    side = "largest" if spec.largest else "smallest"
-    values = ", ".join(f"{float(w[i]):.6g}" for i in split)
-    return DegenerateSubspaceError(
-        f"eigsh: k = {spec.k} cuts through a degenerate eigenvalue: the kept eigenvalue(s) {values} "
-        f"(index {', '.join(map(str, split))}) coincide with the first discarded one to within the "
-        f"solver's resolution, so which eigenvectors of that cluster are the {spec.k} {side} is "
-        f"arbitrary and {what} is not defined. Change k so the cluster is kept whole or left out, or "
-        "make the loss independent of those pairs (their w and V entries)")
+    return _degeneracy.cut_error("eigsh", spec.k, spec.largest, w, split, what)
 
 
 class EigshFunction(torch.autograd.Function):
@@ -97,59 +91,49 @@ class EigshFunction(torch.autograd.Function):
     def forward(spec, A, B, *params):
         opA, opB = _operator(spec, A, B, params)
         w, V, info = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
+        (V,) = _degeneracy.generic_basis(w, V)  # a generic basis of exactly degenerate kept eigenspaces
         if V.is_complex() and w._base is not None:
             # forward AD (torch 2.x) fails an internal assert for a real output that is a view when the
             # inputs are complex: return the k eigenvalues as a tensor of their own
             w = w.clone()
-        split = torch.zeros(spec.k, dtype=torch.bool, device=w.device)
-        if info.split:
-            split[list(info.split)] = True
-        return w, V, split, info.aid
+        return w, V, _Cut(tuple(info.split)), info.aid
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         spec, A, B, *params = inputs
-        w, V, split, aid = output
-        ctx.mark_non_differentiable(split)
+        w, V, cut, aid = output
         # the forward's certifying factorization (and extra Ritz vectors) precondition the solves
         ctx.aid = aid
         ctx.spec = spec
         ctx.n_params = len(params)
-        # the gap information, read on the host once here (not in every backward)
-        ctx.split = tuple(int(i) for i in torch.nonzero(split).flatten().tolist())
+        ctx.split = cut.split  # the kept pairs of a cluster k cuts (no host read here: vmap calls this)
         ctx.save_for_backward(w, V, A, B, *params)
         ctx.save_for_forward(w, V, A, B)
 
     @staticmethod
-    def backward(ctx, gw, gV, _gsplit=None, _gaid=None):
+    def backward(ctx, gw, gV, _gcut=None, _gaid=None):
         w, V, A, B, *params = ctx.saved_tensors
         spec = ctx.spec
         if ctx.split:
-            index = torch.tensor(ctx.split, device=w.device)
-            used = (gw is not None and bool((gw.index_select(-1, index) != 0).any())) or (
-                gV is not None and bool((gV.index_select(-1, index) != 0).any()))
-            if used:
-                raise _split_error(spec, w, ctx.split, "the gradient of a loss that uses them")
-        opA, opB = _operator(spec, A, B, params)
-        gw = torch.zeros_like(w) if gw is None else gw
-        gV = torch.zeros_like(V) if gV is None else gV
-        generalized = opB is not None
-        args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
-        module = rules_generalized if generalized else rules
-        if V.is_complex():
-            return _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV)
-        with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):
-            if _dense(opA) and (opB is None or _dense(opB)):
-                grads = module.eigsh_generalized_vjp(*args) if generalized else (module.eigsh_vjp(*args),)
-                gA, gB = grads[0], (grads[1] if generalized else None)
-                return (None, gA, gB) + (None,) * ctx.n_params
-            factors = module.eigsh_generalized_vjp_factors(*args) if generalized else module.eigsh_vjp_factors(*args)
-        (LA, RA), (LB, RB) = factors[:2], (factors[2:4] if generalized else (None, None))
-        gA, param_grads_A = _input_gradient(A, spec.A_op, params[: spec.n_params_A], LA, RA, ctx.needs_input_grad[1])
-        gB, param_grads_B = (None, ())
-        if generalized:
-            gB, param_grads_B = _input_gradient(B, spec.B_op, params[spec.n_params_A:], LB, RB, ctx.needs_input_grad[2])
-        return (None, gA, gB, *param_grads_A, *param_grads_B)
+            _degeneracy.check_cut("eigsh", spec.k, spec.largest, w, ctx.split, (gw, gV))
+        if not params and _dense(A) and (B is None or _dense(B)):
+            # dense: per batch element under vmap (the solves and checks decide on values)
+            from .checks import per_element
+
+            gw = torch.zeros_like(w) if gw is None else gw
+            gV = torch.zeros_like(V) if gV is None else gV
+            need_B = B is not None and ctx.needs_input_grad[2]
+            grads = per_element(lambda *t: _dense_backward(ctx, *t), w, V, A, B, gw, gV)
+            return (None, grads[0], grads[1] if need_B else None)
+        return _backward(ctx, w, V, A, B, params, gw, gV)
+
+    @staticmethod
+    def vmap(info, in_dims, spec, A, B, *params):
+        from .checks import vmap_by_loop
+
+        if spec.A_op is not None or spec.B_op is not None or not _dense(A) or (B is not None and not _dense(B)):
+            raise NotImplementedError("vmap of eigsh needs dense A and B")
+        return vmap_by_loop(EigshFunction, info, in_dims, spec, A, B, *params)
 
     @staticmethod
     def jvp(ctx, _spec_tangent, dA, dB, *dparams):
@@ -168,6 +152,68 @@ class EigshFunction(torch.autograd.Function):
                 jvp = rules_generalized.eigsh_generalized_jvp_complex if complex_ else rules_generalized.eigsh_generalized_jvp
                 dw, dV = jvp(A, B, w, V, dA, dB)
         return dw, dV, None, None
+
+
+class _Cut:
+    """The indices of the kept pairs of a cluster that ``k`` cuts (an opaque output: a tuple would be
+    flattened by the transforms); under ``vmap`` those of every batch element."""
+
+    __slots__ = ("split",)
+
+    def __init__(self, split):
+        self.split = split
+
+    @classmethod
+    def merge(cls, cuts):
+        return cls(tuple(sorted(set().union(*(c.split for c in cuts)))))
+
+
+def _dense_backward(ctx, w, V, A, B, gw, gV):
+    """``(gA, gB)`` of one dense problem (``gB`` a zero placeholder for the standard problem)."""
+    out = _backward(ctx, w, V, A, B, (), gw, gV)
+    gA, gB = out[1], out[2]
+    return gA, (torch.zeros((), dtype=w.dtype, device=w.device) if gB is None else gB)
+
+
+def _backward(ctx, w, V, A, B, params, gw, gV):
+    """The backward of one problem: the cluster checks, then the derived rules (dense, sparse or
+    matrix-free; complex data by :func:`_complex_backward`)."""
+    spec = ctx.spec
+    opA, opB = _operator(spec, A, B, params)
+    gw = torch.zeros_like(w) if gw is None else gw
+    gV = torch.zeros_like(V) if gV is None else gV
+    generalized = opB is not None
+    V, gw, gV = _cluster_checks(generalized, w, V, gw, gV)
+    args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
+    module = rules_generalized if generalized else rules
+    if V.is_complex():
+        return _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV)
+    with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):
+        if _dense(opA) and (opB is None or _dense(opB)):
+            grads = module.eigsh_generalized_vjp(*args) if generalized else (module.eigsh_vjp(*args),)
+            gA, gB = grads[0], (grads[1] if generalized else None)
+            return (None, gA, gB) + (None,) * ctx.n_params
+        factors = module.eigsh_generalized_vjp_factors(*args) if generalized else module.eigsh_vjp_factors(*args)
+    (LA, RA), (LB, RB) = factors[:2], (factors[2:4] if generalized else (None, None))
+    gA, param_grads_A = _input_gradient(A, spec.A_op, params[: spec.n_params_A], LA, RA, ctx.needs_input_grad[1])
+    gB, param_grads_B = (None, ())
+    if generalized:
+        gB, param_grads_B = _input_gradient(B, spec.B_op, params[spec.n_params_A:], LB, RB, ctx.needs_input_grad[2])
+    return (None, gA, gB, *param_grads_A, *param_grads_B)
+
+
+def _cluster_checks(generalized, w, V, gw, gV):
+    """Clusters of equal eigenvalues inside the kept set: a loss through ``V f(w) V^H`` completed
+    (:func:`adjointgen.runtime.degeneracy.complete`), then the derived cluster residual checked: a
+    loss that depends on the basis inside a cluster, or on its individual eigenvalues, raises."""
+    if not _gauge.enabled() or not _degeneracy.has_clusters(w):
+        return V, gw, gV
+    name = "eigsh_generalized" if generalized else "eigsh"
+    V, gw, gV = _degeneracy.complete("eigsh", w, (V,), gw, (gV,))
+    module = rules_generalized if generalized else rules
+    residual = getattr(module, f"{name}_gauge_clusters{'_complex' if V.is_complex() else ''}")(w, V, gV)
+    _degeneracy.check("eigsh", residual, _degeneracy.cluster_mask(w), None, gV)
+    return V, gw, gV
 
 
 def _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV):

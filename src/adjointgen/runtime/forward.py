@@ -7,6 +7,16 @@ import torch
 from .checks import NotPositiveDefiniteError, _is_traced
 
 
+def eigh(A):
+    """``(w, V)`` as ``torch.linalg.eigh``, with the eigenvectors of eigenvalues equal to rounding
+    rotated to a generic basis of their eigenspace (:func:`adjointgen.runtime.degeneracy.generic_basis`)."""
+    from .degeneracy import generic_basis
+
+    w, V = torch.linalg.eigh(A)
+    (V,) = generic_basis(w, V)
+    return w, V
+
+
 def eigh_generalized(A, B):
     """``A V = B V diag(w)``, ``V^T B V = I`` through the Cholesky factor ``B = L L^T``:
     ``L^-1 A L^-T = Y diag(w) Y^T``, ``V = L^-T Y``.  Raises :class:`NotPositiveDefiniteError` (a
@@ -19,6 +29,9 @@ def eigh_generalized(A, B):
     C = 0.5 * (C + C.mH)
     w, Y = torch.linalg.eigh(C)
     V = torch.linalg.solve_triangular(L.mH, Y, upper=True)
+    from .degeneracy import generic_basis
+
+    (V,) = generic_basis(w, V)  # V_c R: still B-orthonormal
     return w, V
 
 
@@ -31,8 +44,14 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
 
 
 def svd(A):
-    """Thin SVD ``A = U diag(S) Vh``, as ``torch.linalg.svd(A, full_matrices=False)``."""
-    return torch.linalg.svd(A, full_matrices=False)
+    """Thin SVD ``A = U diag(S) Vh``, as ``torch.linalg.svd(A, full_matrices=False)``, with the pairs
+    of singular values equal to rounding rotated to a generic basis (``(U_c R, V_c R)``, the same
+    ``R``: ``U S Vh`` is unchanged)."""
+    from .degeneracy import generic_basis
+
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    U, V = generic_basis(S, U, Vh.mH)
+    return U, S, V.mH
 
 
 def cholesky(A):

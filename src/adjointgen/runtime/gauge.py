@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["DegenerateSubspaceError", "GaugeDependentLossError", "PhaseDependentLossError", "check", "check_basis", "disabled", "enabled", "set_enabled"]
+__all__ = ["ComplementBasisError", "DegenerateSubspaceError", "GaugeDependentLossError", "PhaseDependentLossError",
+           "check", "check_basis", "check_null_space", "disabled", "enabled", "set_enabled"]
 
 _ENABLED = True
 
@@ -35,8 +36,14 @@ class GaugeDependentLossError(ValueError):
 
 
 class PhaseDependentLossError(GaugeDependentLossError):
-    """The loss depends on the phase of a complex eigenvector or singular pair, or on the basis of
-    the extra ``full_matrices`` columns."""
+    """The loss depends on the phase of a complex eigenvector or singular pair."""
+
+
+class ComplementBasisError(GaugeDependentLossError):
+    """The loss depends on a basis of which only the span is defined: the extra columns of
+    ``svd(full_matrices=True)``, or the left (right) singular vectors of zero singular values of a
+    tall (wide) thin SVD, which may be rotated into the rest of the orthogonal complement of the
+    range."""
 
 
 class DegenerateSubspaceError(GaugeDependentLossError):
@@ -68,14 +75,16 @@ def disabled():
 
 
 def _excess(residual, scale):
-    """``(relative size of |residual| / scale, whether it exceeds sqrt(eps))`` elementwise, or
-    ``None`` inside a functorch transform (no host read there)."""
+    """``(relative size of |residual| / scale, whether it exceeds sqrt(eps))`` elementwise, on plain
+    tensors (``torch.func`` wrappers taken off), or ``None`` while a compiler traces the values."""
     import torch
 
-    from .checks import _is_traced
+    from .checks import physical
 
-    if _is_traced(residual):
+    plain = physical(residual, scale)
+    if plain is None:
         return None
+    residual, scale = plain
     real = residual.real.dtype if residual.is_complex() else residual.dtype
     tiny = torch.finfo(real).tiny
     bad = residual.abs() > (torch.finfo(real).eps ** 0.5) * scale + tiny
@@ -101,16 +110,36 @@ def check(op: str, residual, *cotangents) -> None:
 
 
 def check_basis(op: str, residual, cotangent) -> None:
-    """The rotation gauge ``U2 -> U2 exp(Ω)`` of the extra ``full_matrices`` columns: raise when
-    ``‖R‖ = ‖skew(U2^H gU2)‖`` exceeds ``sqrt(eps) ‖gU2‖`` (a loss must use U2 only through its span,
-    e.g. the projector ``U2 U2^H``)."""
+    """The rotation gauge ``U2 -> U2 exp(Ω)`` of the extra ``full_matrices`` columns: raise
+    :class:`ComplementBasisError` when ``‖R‖ = ‖skew(U2^H gU2)‖`` exceeds ``sqrt(eps) ‖gU2‖`` (a loss
+    must use U2 only through its span, e.g. the projector ``U2 U2^H``)."""
     import torch
 
     with torch.no_grad():
         found = _excess(torch.linalg.matrix_norm(residual), torch.linalg.matrix_norm(cotangent))
         if found is not None and bool(found[1].any()):
-            raise PhaseDependentLossError(
+            raise ComplementBasisError(
                 f"{op}: the loss depends on the basis of the extra columns of full_matrices=True "
                 f"(relative residual {float(found[0].max()):.2e}): only their span is defined, so use them "
                 "through the projector U2 U2^H (or |U2|-free invariants of it). "
+                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+
+
+def check_null_space(op: str, U, gU, zero) -> None:
+    """The left singular vectors ``U_0`` of zero singular values (``zero``, a mask over the columns)
+    of a tall thin SVD may be rotated into the rest of the complement of the range,
+    ``U_0 -> U_0 + (I - U U^H) N``: raise :class:`ComplementBasisError` when the loss's derivative
+    along that, ``(I - U U^H) gU_0``, exceeds ``sqrt(eps) ‖gU‖``."""
+    import torch
+
+    with torch.no_grad():
+        g0 = gU * zero.unsqueeze(-2).to(gU.dtype)
+        residual = g0 - U @ (U.mH @ g0)
+        found = _excess(torch.linalg.matrix_norm(residual), torch.linalg.matrix_norm(gU))
+        if found is not None and bool(found[1].any()):
+            raise ComplementBasisError(
+                f"{op}: the loss depends on the singular vectors of a zero singular value beyond their span "
+                f"(relative residual {float(found[0].max()):.2e}): for a rank-deficient matrix those of the longer "
+                "side may be any orthonormal vectors of the complement of the range, so only quantities that "
+                "do not change when they are rotated into it (such as U S Vh, or U diag(s > 0)) have a gradient. "
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")

@@ -13,6 +13,8 @@ from . import gauge as _gauge
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
     check = _gauge.enabled()
+    if check:
+        U, V, gS, gU, gV = _degeneracy.complete("svd", S, (U, V), gS, (gU, gV), rtol, what="singular values")
     if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
         basis = complement.svd_complement_gauge_basis_complex if U.is_complex() else complement.svd_complement_gauge_basis
         _gauge.check_basis("svd", basis(U2, gU2), gU2)
@@ -20,14 +22,14 @@ def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
         if check:
             gA, residual, residual_clusters = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
             _gauge.check("svd", residual, gU, gV)
-            _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), gS, gU, gV,
+            _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
                               what="singular values")
         else:
             gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=rtol)
         return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=rtol)
     if check:
         gA, residual_clusters = thin.svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
-        _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), gS, gU, gV,
+        _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
                           what="singular values")
     else:
         gA = thin.svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=rtol)
@@ -83,3 +85,59 @@ class SvdFullFunction(torch.autograd.Function):
         V = Vh.mH
         dV1, dS, dU, dV2 = _tall_jvp(V[..., :k], S, U, V[..., k:], dA.mH)
         return dU, dS, torch.cat([dV1, dV2], dim=-1).mH
+
+
+class NullSpaceCheck(torch.autograd.Function):
+    """``U`` unchanged; the backward checks that the loss does not depend on the columns of zero
+    singular values beyond their span (:func:`adjointgen.runtime.gauge.check_null_space`)."""
+
+    @staticmethod
+    def forward(U, zero):
+        return U.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        U, zero = inputs
+        ctx.save_for_backward(U, zero)
+
+    @staticmethod
+    def backward(ctx, gU):
+        U, zero = ctx.saved_tensors
+        if gU is not None and _gauge.enabled():
+            _gauge.check_null_space("svd", U, gU, zero)
+        return gU, None
+
+    @staticmethod
+    def jvp(ctx, dU, _):
+        return dU
+
+    @staticmethod
+    def vmap(info, in_dims, U, zero):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(NullSpaceCheck, info, in_dims, U, zero)
+
+
+def guard_null_space(U, S, rtol=None):
+    """``U`` (the longer side's singular vectors, ``(..., m, k)`` with ``m > k``) routed through
+    :class:`NullSpaceCheck` when some singular value is zero (to ``rtol``) and a gradient may flow."""
+    from .checks import physical
+
+    if U.shape[-2] <= U.shape[-1] or S.numel() == 0 or not (U.requires_grad or _is_dual(U)):
+        return U
+    plain = physical(S)
+    if plain is None:
+        return U
+    zero = _degeneracy.zero_mask(S.detach(), rtol)
+    if not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
+        return U
+    return NullSpaceCheck.apply(U, zero)
+
+
+def _is_dual(x) -> bool:
+    try:
+        import torch.autograd.forward_ad as fwAD
+
+        return fwAD.unpack_dual(x).tangent is not None
+    except Exception:  # pragma: no cover
+        return False

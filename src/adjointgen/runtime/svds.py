@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 
 from ..generated.torch import svds as rules
+from . import degeneracy as _degeneracy
+from . import gauge as _gauge
 from .eigsolvers import partial_eigh
 from .linear_operator import LinearOperator
 from .solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
@@ -67,8 +69,9 @@ class GramView:
 
 
 class _SvdsCore(torch.autograd.Function):
-    """``(U, S, V, G, aid) = svds(A, k)`` for one tall (m >= n) matrix; ``V`` is n×k, ``G`` the Gram
-    matrix (or ``None``) and ``aid`` the backward's preconditioner, both non-differentiable."""
+    """``(U, S, V, G, aid, cut) = svds(A, k)`` for one tall (m >= n) matrix; ``V`` is n×k, ``G`` the
+    Gram matrix (or ``None``), ``aid`` the backward's preconditioner and ``cut`` the kept pairs of a
+    cluster that ``k`` cuts (:class:`_Cut`), all non-differentiable."""
 
     @staticmethod
     def forward(A, k, largest, tol, maxiter):
@@ -83,37 +86,94 @@ class _SvdsCore(torch.autograd.Function):
                                       device=A.device)
             w, V, info = partial_eigh(operator, k, None, largest=largest, tol=tol, maxiter=maxiter)
         S = w.clamp_min(0).sqrt()
-        U = (A @ V) / S
-        return U, S, V, gram, info.aid
+        U = _left_vectors(A, V, S)
+        U, V = _degeneracy.generic_basis(S, U, V)
+        return U, S, V, gram, info.aid, _Cut(tuple(info.split))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         A, k, largest, tol, maxiter = inputs
-        U, S, V, gram, aid = output
+        U, S, V, gram, aid, cut = output
         if gram is not None:
             ctx.mark_non_differentiable(gram)
         ctx.tol = tol
         ctx.gram = gram
         ctx.aid = aid
+        ctx.k = k
+        ctx.largest = largest
+        ctx.split = cut.split
         ctx.save_for_backward(A, U, S, V)
         ctx.save_for_forward(A, U, S, V)
 
     @staticmethod
-    def backward(ctx, gU, gS, gV, _ggram=None, _gaid=None):
+    def backward(ctx, gU, gS, gV, _ggram=None, _gaid=None, _gcut=None):
         A, U, S, V = ctx.saved_tensors
+        if ctx.split:
+            _degeneracy.check_cut("svds", ctx.k, ctx.largest, S, ctx.split, (gS, gU, gV), what="singular values")
         gU = torch.zeros_like(U) if gU is None else gU
         gS = torch.zeros_like(S) if gS is None else gS
         gV = torch.zeros_like(V) if gV is None else gV
-        with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
-            gA = rules.svds_vjp(GramView(A, gram=ctx.gram), U, S, V, gU, gS, gV)
+        from .checks import per_element
+
+        (gA,) = per_element(lambda *t: (_backward(ctx, *t),), A, U, S, V, gU, gS, gV)
         return gA, None, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, A, k, largest, tol, maxiter):
+        from .checks import vmap_by_loop
+
+        return vmap_by_loop(_SvdsCore, info, in_dims, A, k, largest, tol, maxiter)
 
     @staticmethod
     def jvp(ctx, dA, *_):
         A, U, S, V = ctx.saved_tensors
+        if ctx.split:
+            _degeneracy.check_cut("svds", ctx.k, ctx.largest, S, ctx.split, None, what="singular values")
         with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
             dU, dS, dV = rules.svds_jvp(GramView(A, gram=ctx.gram), U, S, V, dA)
-        return dU, dS, dV, None, None
+        return dU, dS, dV, None, None, None
+
+
+def _backward(ctx, A, U, S, V, gU, gS, gV):
+    """``gA`` of one problem: the cluster checks (a loss through ``U f(S) V^H`` completed), then the
+    derived rule."""
+    if _gauge.enabled() and _degeneracy.has_clusters(S):
+        U, V, gS, gU, gV = _degeneracy.complete("svds", S, (U, V), gS, (gU, gV), what="singular values")
+        residual = rules.svds_gauge_clusters(U, S, V, gU, gV)
+        _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), None, gU, gV, what="singular values")
+    gram = ctx.gram if ctx.gram is not None and ctx.gram.shape == (A.shape[-1],) * 2 else None
+    with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
+        return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
+
+
+class _Cut:
+    """The indices of the kept pairs of a cluster that ``k`` cuts (an opaque output: a tuple would be
+    flattened by the transforms)."""
+
+    __slots__ = ("split",)
+
+    def __init__(self, split):
+        self.split = split
+
+    @classmethod
+    def merge(cls, cuts):
+        return cls(tuple(sorted(set().union(*(c.split for c in cuts)))))
+
+
+def _left_vectors(A, V, S):
+    """``U = A V S^-1``; the columns of (numerically) zero singular values -- any orthonormal vectors
+    orthogonal to the others -- completed from the QR factorization of ``[U_kept, I]``."""
+    zero = _degeneracy.zero_mask(S)
+    U = (A @ V) / torch.where(zero, 1, S)
+    if not bool(zero.any()):
+        return U
+    keep = ~zero
+    m = A.shape[-2]
+    basis = torch.cat([U[:, keep], torch.eye(m, dtype=U.dtype, device=U.device)], dim=-1)
+    Q, _ = torch.linalg.qr(basis)
+    U = U.clone()
+    U[:, zero] = Q[:, int(keep.sum()):int(keep.sum()) + int(zero.sum())]
+    return U
 
 
 class SvdsFunction:
@@ -121,5 +181,5 @@ class SvdsFunction:
 
     @staticmethod
     def apply(A, k, largest, tol, maxiter):
-        U, S, V, _gram, _aid = _SvdsCore.apply(A, k, largest, tol, maxiter)
+        U, S, V, _gram, _aid, _cut = _SvdsCore.apply(A, k, largest, tol, maxiter)
         return U, S, V
