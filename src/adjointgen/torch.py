@@ -278,9 +278,10 @@ def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | N
             from .runtime.svd import guard_null_space
 
             if A.shape[-2] > A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
-                U = guard_null_space(U, S, cluster_rtol)
+                U, S = guard_null_space(U, S, cluster_rtol)
             else:
-                Vh = guard_null_space(Vh.mH, S, cluster_rtol).mH
+                V, S = guard_null_space(Vh.mH, S, cluster_rtol)
+                Vh = V.mH
     return U, S, Vh
 
 
@@ -330,6 +331,9 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     from .runtime.svds import SvdsFunction
 
     U, S, V = SvdsFunction.apply(A, k, largest, tol, maxiter)
+    from .runtime.svd import guard_null_space
+
+    U, S = guard_null_space(U, S)  # zero singular values: their U columns and values (see svd)
     return U, S, V.mT
 
 

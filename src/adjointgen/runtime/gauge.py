@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 
 __all__ = ["ComplementBasisError", "DegenerateSubspaceError", "GaugeDependentLossError", "PhaseDependentLossError",
-           "check", "check_basis", "check_null_space", "disabled", "enabled", "set_enabled"]
+           "check", "check_basis", "check_null_space", "check_zero_values", "disabled", "enabled", "set_enabled"]
 
 _ENABLED = True
 
@@ -143,3 +143,29 @@ def check_null_space(op: str, U, gU, zero) -> None:
                 "side may be any orthonormal vectors of the complement of the range, so only quantities that "
                 "do not change when they are rotated into it (such as U S Vh, or U diag(s > 0)) have a gradient. "
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+
+
+def check_zero_values(op: str, gS, zero) -> None:
+    """A zero singular value of a tall (wide) thin SVD is ``|t|`` along ``A + t u_perp v^T``: not
+    differentiable.  Raise :class:`DegenerateSubspaceError` when the loss's cotangent of one exceeds
+    ``sqrt(eps) ‖gS‖`` (the nuclear norm, or ``U diag(S) Vh`` of a rank-deficient matrix, whose
+    gradient the decomposition's cotangents then do not determine)."""
+    import torch
+
+    from .checks import physical
+
+    with torch.no_grad():
+        plain = physical(gS, zero)
+        if plain is None:
+            return
+        g, z = plain
+        part = (g * z.to(g.dtype)).abs().amax(-1)
+        total = g.abs().amax(-1)
+        real = g.real.dtype if g.is_complex() else g.dtype
+        if bool((part > torch.finfo(real).eps ** 0.5 * total + torch.finfo(real).tiny).any()):
+            raise DegenerateSubspaceError(
+                f"{op}: the loss depends on a zero singular value of a rank-deficient matrix with more rows than "
+                "columns (or the transpose): such a value is |t| along a perturbation out of the range, not "
+                "differentiable, and the singular vectors that would carry the gradient of, e.g., U diag(S) Vh "
+                "are free there; use a loss that is smooth in A (such as S.square().sum()), or differentiate A "
+                "directly. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")

@@ -88,50 +88,53 @@ class SvdFullFunction(torch.autograd.Function):
 
 
 class NullSpaceCheck(torch.autograd.Function):
-    """``U`` unchanged; the backward checks that the loss does not depend on the columns of zero
-    singular values beyond their span (:func:`adjointgen.runtime.gauge.check_null_space`)."""
+    """``(U, S)`` unchanged; the backward checks what a loss may not depend on at the zero singular
+    values of a tall (wide) thin SVD: their vectors beyond their span
+    (:func:`adjointgen.runtime.gauge.check_null_space`) and their values, which have a kink at 0
+    (``s(A + t u_perp v^T) = |t|``)."""
 
     @staticmethod
-    def forward(U, zero):
-        return U.clone()
+    def forward(U, S, zero):
+        return U.clone(), S.clone()
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        U, zero = inputs
-        ctx.save_for_backward(U, zero)
+        U, S, zero = inputs
+        ctx.save_for_backward(U, S, zero)
 
     @staticmethod
-    def backward(ctx, gU):
-        U, zero = ctx.saved_tensors
-        if gU is not None and _gauge.enabled():
-            _gauge.check_null_space("svd", U, gU, zero)
-        return gU, None
+    def backward(ctx, gU, gS):
+        U, S, zero = ctx.saved_tensors
+        if _gauge.enabled():
+            if gU is not None:
+                _gauge.check_null_space("svd", U, gU, zero)
+            if gS is not None:
+                _gauge.check_zero_values("svd", gS, zero)
+        return gU, gS, None
 
     @staticmethod
-    def jvp(ctx, dU, _):
-        return dU
+    def jvp(ctx, dU, dS, _):
+        return dU, dS
 
     @staticmethod
-    def vmap(info, in_dims, U, zero):
+    def vmap(info, in_dims, U, S, zero):
         from .checks import vmap_as_batch
 
-        return vmap_as_batch(NullSpaceCheck, info, in_dims, U, zero)
+        return vmap_as_batch(NullSpaceCheck, info, in_dims, U, S, zero)
 
 
 def guard_null_space(U, S, rtol=None):
-    """``U`` (the longer side's singular vectors, ``(..., m, k)`` with ``m > k``) routed through
-    :class:`NullSpaceCheck` when some singular value is zero (to ``rtol``) and a gradient may flow."""
+    """``(U, S)`` (``U`` the longer side's singular vectors, ``(..., m, k)`` with ``m > k``) routed
+    through :class:`NullSpaceCheck` when some singular value is zero (to ``rtol``) and a gradient
+    may flow."""
     from .checks import physical
 
-    if U.shape[-2] <= U.shape[-1] or S.numel() == 0 or not (U.requires_grad or _is_dual(U)):
-        return U
+    if U.shape[-2] <= U.shape[-1] or S.numel() == 0 or not (U.requires_grad or S.requires_grad or _is_dual(U)):
+        return U, S
     plain = physical(S)
-    if plain is None:
-        return U
-    zero = _degeneracy.zero_mask(S.detach(), rtol)
-    if not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
-        return U
-    return NullSpaceCheck.apply(U, zero)
+    if plain is None or not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
+        return U, S
+    return NullSpaceCheck.apply(U, S, _degeneracy.zero_mask(S.detach(), rtol))
 
 
 def _is_dual(x) -> bool:
