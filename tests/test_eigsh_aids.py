@@ -153,7 +153,8 @@ def test_svds_forms_the_gram_matrix_and_keeps_the_gradient_exact(m, n, kind):
     k = 8
     g = torch.Generator().manual_seed(9)
     A = torch.randn(m, n, dtype=torch.float64, generator=g) / torch.arange(1, n + 1, dtype=torch.float64).sqrt()
-    U, S, V, gram, aid, _cut = _SvdsCore.apply(A, k, True, None, None)
+    U, S, V, gram, info, _cut = _SvdsCore.apply(A, k, True, None, None)
+    aid = info.aid
     assert gram.shape == (n, n) and isinstance(aid, kind)
     Wu = torch.randn(m, 3, dtype=torch.float64, generator=g)
     Wv = torch.randn(n, 3, dtype=torch.float64, generator=g)

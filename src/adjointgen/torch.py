@@ -82,24 +82,28 @@ def slogdet(A: torch.Tensor):
 
 def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tensor:
     """Solution of ``A X = B`` (``left=False``: ``X A = B``), as :func:`torch.linalg.solve`, real or
-    complex: ``B`` of shape ``(*, n, k)`` or a batch of vectors ``(*, n)``; batch dimensions broadcast.
+    complex, with its shape rules: ``B`` is a batch of vectors ``(*, n)`` exactly when it is 1-D or
+    ``B.shape == A.shape[:-1]``, else a batch of matrices ``(*, n, k)`` (``(*, k, n)`` with
+    ``left=False``); batch dimensions broadcast.  Shapes torch rejects are rejected with torch's
+    message.
 
     The rule is derived in ``derivations/solve.py`` (``gB = A^-H gX``, ``gA = -gB X^H``); the
     backward reuses the LU factors of the forward (and solves with ``A`` again only when a graph
     of the backward is recorded, for higher derivatives).
 
     Raises:
-        ValueError: shapes that do not agree, NaN/Inf, non-floating dtypes;
-            :class:`adjointgen.SingularMatrixError` for a singular ``A``.
+        ValueError: shapes torch rejects (also a ``RuntimeError``, as torch's), NaN/Inf, non-floating
+            dtypes; :class:`adjointgen.SingularMatrixError` for a singular ``A``.
     """
     checks.tensor(A, "A")
     checks.tensor(B, "B")
-    checks.matrix(A, "A", square=True)
-    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape[-1] == A.shape[-1])
-    if not left:
+    checks.like_torch(torch.linalg.solve, A, B, left=left)
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    if not left:  # X A = B  <=>  A^T X^T = B^T (a vector is its own transpose)
+        At = A.mT
         if vector:
-            raise ValueError("solve(left=False) needs B of shape (*, k, n), not a vector")
-        return _solve.solve(A.mT, B.mT).mT
+            return _solve.solve(At, B.unsqueeze(-1)).squeeze(-1)
+        return _solve.solve(At, B.mT).mT
     if vector:
         return _solve.solve(A, B.unsqueeze(-1)).squeeze(-1)
     return _solve.solve(A, B)
@@ -127,7 +131,7 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
         Q, R = _qr.qr(A)
     else:
         Q, R_X = _qr.qr(A[..., :m])
-        R = torch.cat([R_X, Q.mH @ A[..., m:]], dim=-1)
+        R = torch.cat([R_X, torch.conj_physical(Q).mT @ A[..., m:]], dim=-1)  # no conjugate view: batched forward AD
     if mode == "r":
         return A.new_empty(0), R
     if mode == "complete" and m > n:
@@ -172,7 +176,8 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float 
     return _eigh_generalized.eigh_generalized(A, B, cluster_rtol=cluster_rtol, broadening=broadening)
 
 
-def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
+def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None,
+          return_info: bool = False):
     """The ``k`` largest (or smallest) eigenpairs of ``A V = B V diag(w)``, ``V^T B V = I``,
     without a full decomposition, with exact gradients (the part of ``dV`` outside the kept
     eigenspace comes from projected shifted solves, not from the full spectrum).
@@ -189,7 +194,11 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
         maxiter: iteration cap of the iterative eigensolver.
 
     Returns:
-        ``(w, V)``: eigenvalues ``(..., k)`` and eigenvectors ``(..., n, k)``.
+        ``(w, V)``: eigenvalues ``(..., k)`` and eigenvectors ``(..., n, k)``; with
+        ``return_info=True`` also a :class:`~adjointgen.runtime.eigsolvers.PartialEighInfo` (a list
+        of them for a batch): the route (``method``), the residual reached, ``certificate`` (why no
+        eigenvalue was skipped: ``"direct"``, ``"inertia"``, ``"second-opinion"``, ``"repaired"``),
+        the ``gap`` to the first discarded eigenvalue.
 
     Gradients: dense inputs get a dense symmetric gradient; sparse inputs get a sparse gradient on
     their own sparsity pattern (O(nnz·k), no n×n tensor); a LinearOperator passes the gradient to its
@@ -212,7 +221,7 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
         checks.symmetric_matrix(A, "A", complex_ok=True)
     if isinstance(B, torch.Tensor) and B.layout == torch.strided:
         checks.symmetric_matrix(B, "B", complex_ok=True)
-    return _eigsh(A, k, B, largest=largest, tol=tol, maxiter=maxiter)
+    return _eigsh(A, k, B, largest=largest, tol=tol, maxiter=maxiter, return_info=return_info)
 
 
 def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> torch.Tensor:
@@ -241,20 +250,23 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
     return PinvFunction.apply(A, checks.Options((atol, rtol, hermitian)))
 
 
-def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | None = None,
+def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | None = None,
         broadening: float | None = None):
     """Singular value decomposition ``A = U diag(S) Vh`` as :func:`torch.linalg.svd`, with the rule
     derived in ``derivations/svd.py`` (cotangents on ``U``, ``S`` and ``Vh``, each may be absent).
 
     Args:
         A: ``(..., m, n)`` float32/float64/complex64/complex128.
-        full_matrices: ``False``: thin factors, k = min(m, n).  ``True`` with m != n: ``U`` is m×m
-            (or ``Vh`` n×n); the extra columns are an orthonormal basis of the complement, defined
-            only through their span, and a loss that depends on them through their span (e.g. the
-            projector ``U2 U2^T``) gets its exact gradient (``derivations/svd_complement.py``).
+        full_matrices: ``True`` (the default, as torch's) with m != n: ``U`` is m×m (or ``Vh``
+            n×n); the extra columns are an orthonormal basis of the complement, defined only
+            through their span: a loss that depends on them through their span (e.g. the projector
+            ``U2 U2^H``) gets its exact gradient (``derivations/svd_complement.py``), one that
+            depends on the basis itself raises (torch silently ignores their cotangent).
+            ``False``: thin factors, k = min(m, n).
 
     Returns:
-        ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` descending, ``(..., k, n)``.
+        ``(U, S, Vh)``: ``(..., m, m)`` (thin: ``(..., m, k)``), ``(..., k)`` descending,
+        ``(..., n, n)`` (thin: ``(..., k, n)``).
 
     Gradients of ``U``, ``Vh`` are defined for distinct nonzero singular values and losses that do
     not depend on the sign (complex: the phase ``e^{iθ}``) of a singular pair.  For complex ``A`` the
@@ -285,7 +297,8 @@ def svd(A: torch.Tensor, full_matrices: bool = False, *, cluster_rtol: float | N
     return U, S, Vh
 
 
-def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None):
+def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None,
+         return_info: bool = False):
     """The ``k`` largest (or smallest) singular triplets ``A ≈ U diag(S) Vh`` without a full SVD,
     with the exact gradient, including the coupling to the discarded singular vectors.
 
@@ -302,7 +315,11 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
         k: ``1 <= k <= min(m, n)``.
 
     Returns:
-        ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` (descending when ``largest``), ``(..., k, n)``.
+        ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)`` (descending when ``largest``), ``(..., k, n)``;
+        with ``return_info=True`` also the partial eigensolver's
+        :class:`~adjointgen.runtime.eigsolvers.PartialEighInfo` of the Gram matrix (a list of them
+        for a batch): the route, the residual reached, the certificate that no singular value was
+        skipped, the gap to the first discarded one.
 
     Equal singular values (to ``cluster_rtol``, as for :func:`svd`): a loss that depends on the
     basis of their singular vectors, or on the individual values, raises
@@ -321,20 +338,23 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     if A.dim() > 2 and A.numel() == 0:  # an empty batch: empty results, connected to A for autograd
         anchor = A.sum((-2, -1), keepdim=True) * 0
         batch = A.shape[:-2]
-        return (anchor.expand(*batch, m, k), anchor[..., 0].expand(*batch, k), anchor.expand(*batch, k, n))
+        out = (anchor.expand(*batch, m, k), anchor[..., 0].expand(*batch, k), anchor.expand(*batch, k, n))
+        return (*out, []) if return_info else out
     if A.dim() > 2:
-        outs = [svds(a, k, largest=largest, tol=tol, maxiter=maxiter) for a in A.reshape(-1, m, n).unbind(0)]
-        return tuple(torch.stack([o[i] for o in outs]).reshape(*A.shape[:-2], *outs[0][i].shape) for i in range(3))
+        outs = [svds(a, k, largest=largest, tol=tol, maxiter=maxiter, return_info=True)
+                for a in A.reshape(-1, m, n).unbind(0)]
+        out = tuple(torch.stack([o[i] for o in outs]).reshape(*A.shape[:-2], *outs[0][i].shape) for i in range(3))
+        return (*out, [o[3] for o in outs]) if return_info else out
     if m < n:
-        Vt, S, Ut = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter)
-        return Ut.mT, S, Vt.mT
+        Vt, S, Ut, info = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter, return_info=True)
+        return (Ut.mT, S, Vt.mT, info) if return_info else (Ut.mT, S, Vt.mT)
     from .runtime.svds import SvdsFunction
 
-    U, S, V = SvdsFunction.apply(A, k, largest, tol, maxiter)
+    U, S, V, info = SvdsFunction.apply(A, k, largest, tol, maxiter, return_info=True)
     from .runtime.svd import guard_null_space
 
     U, S = guard_null_space(U, S)  # zero singular values: their U columns and values (see svd)
-    return U, S, V.mT
+    return (U, S, V.mT, info) if return_info else (U, S, V.mT)
 
 
 # ------------------------------------------------------------------ matrix functions

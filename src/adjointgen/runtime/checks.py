@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "NotPositiveDefiniteError", "SingularMatrixError", "broadcast_batch", "finite", "floating", "matrix",
+    "NotPositiveDefiniteError", "ShapeError", "SingularMatrixError", "broadcast_batch", "finite", "floating",
+    "like_torch", "matrix", "own_outputs",
     "matrix_input", "physical", "positive_definite", "same_dtype_and_device", "same_size", "symmetric",
     "per_element", "rebatch", "symmetric_matrix", "tensor", "vmap_as_batch", "vmap_by_loop",
 ]
@@ -22,19 +23,52 @@ class NotPositiveDefiniteError(ValueError, torch.linalg.LinAlgError):
     ``torch.linalg.LinAlgError`` as the torch built-ins raise, so either ``except`` catches it."""
 
 
+class ShapeError(ValueError, RuntimeError):
+    """Shapes, dtypes or devices a function refuses (with torch's own message where it has a
+    namesake): a ``ValueError``, and a ``RuntimeError`` as torch raises for them."""
+
+
+class ArgumentTypeError(ValueError, TypeError):
+    """An argument that is not a tensor: a ``ValueError``, and a ``TypeError`` as torch raises."""
+
+
+def like_torch(function, *args, **kwargs):
+    """Run ``function`` (a ``torch.linalg`` namesake) on meta tensors of the arguments' shapes and
+    dtypes: torch's shape and dtype errors, before any work (a :class:`ShapeError`)."""
+    meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        function(*meta, **kwargs)
+    except RuntimeError as exc:
+        raise ShapeError(str(exc).split("\n")[0]) from None
+    except (NotImplementedError, TypeError):  # a meta kernel missing: leave the checks to the function
+        pass
+
+
 class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
     """A matrix that must be invertible is (numerically) singular.  A ``ValueError`` and a
     ``torch.linalg.LinAlgError``."""
 
 
 def _is_traced(x: torch.Tensor) -> bool:
+    """Whether ``x`` has no values to read on the host: batched by ``vmap``, a meta or fake tensor
+    (shape propagation, ``torch.compile``), or traced by a compiler."""
     try:
         from torch._C._functorch import is_batchedtensor, is_functorch_wrapped_tensor
     except ImportError:  # pragma: no cover - older torch
         return False
     if torch.compiler.is_compiling():
         return True
+    if isinstance(x, torch.Tensor) and (x.device.type == "meta" or _is_fake(x)):
+        return True
     return bool(is_batchedtensor(x) or (is_functorch_wrapped_tensor(x) and _wraps_batched(x)))
+
+
+def _is_fake(x) -> bool:
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(is_fake(x))
 
 
 def _wraps_batched(x) -> bool:
@@ -45,6 +79,18 @@ def _wraps_batched(x) -> bool:
             return True
         x = get_unwrapped(x)
     return False
+
+
+def own_outputs(outputs):
+    """An autograd function's forward outputs as tensors of their own: a view (``X.mH`` of an
+    intermediate, a slice) is copied, since forward-mode AD refuses view outputs of custom functions;
+    a sequence becomes a plain tuple."""
+    def own(t):
+        return t.clone() if isinstance(t, torch.Tensor) and t._base is not None else t
+
+    if isinstance(outputs, (tuple, list)):
+        return tuple(own(t) for t in outputs)
+    return own(outputs)
 
 
 def vmap_as_batch(function, info, in_dims, *args):
@@ -189,7 +235,7 @@ def rebatch(x: torch.Tensor, levels) -> torch.Tensor:
 
 def tensor(x, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     return x
 
 
@@ -197,14 +243,14 @@ def floating(x: torch.Tensor, name: str, *, complex_ok: bool = False) -> None:
     ok = (torch.float32, torch.float64) + ((torch.complex64, torch.complex128) if complex_ok else ())
     if x.dtype not in ok:
         kinds = "float32/float64" + ("/complex64/complex128" if complex_ok else "")
-        raise ValueError(f"{name} must be {kinds}, got {x.dtype}")
+        raise ShapeError(f"{name} must be {kinds}, got {x.dtype}")
 
 
 def matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
     if x.dim() < 2:
-        raise ValueError(f"{name} must have shape (..., m, n), got {tuple(x.shape)}")
+        raise ShapeError(f"{name} must have shape (..., m, n), got {tuple(x.shape)}")
     if square and x.shape[-1] != x.shape[-2]:
-        raise ValueError(f"{name} must be square, got shape {tuple(x.shape)}")
+        raise ShapeError(f"{name} must be square, got shape {tuple(x.shape)}")
 
 
 def finite(x: torch.Tensor, name: str) -> None:
@@ -295,9 +341,9 @@ def same_dtype_and_device(*named) -> None:
     (first_name, first), *rest = named
     for name, x in rest:
         if x.dtype != first.dtype:
-            raise ValueError(f"{name} must have {first_name}'s dtype {first.dtype}, got {x.dtype}")
+            raise ShapeError(f"{name} must have {first_name}'s dtype {first.dtype}, got {x.dtype}")
         if x.device != first.device:
-            raise ValueError(f"{name} must be on {first_name}'s device {first.device}, got {x.device}")
+            raise ShapeError(f"{name} must be on {first_name}'s device {first.device}, got {x.device}")
 
 
 def same_size(dim: str, *axes) -> None:
@@ -305,7 +351,7 @@ def same_size(dim: str, *axes) -> None:
     sizes = [(name, x.shape[axis], axis) for name, x, axis in axes]
     if len({s for _, s, _ in sizes}) > 1:
         described = ", ".join(f"{name}.shape[{axis}] = {s}" for name, s, axis in sizes)
-        raise ValueError(f"the sizes along dimension {dim} must agree: {described}")
+        raise ShapeError(f"the sizes along dimension {dim} must agree: {described}")
 
 
 def broadcast_batch(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -314,7 +360,7 @@ def broadcast_batch(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         batch = torch.broadcast_shapes(*(x.shape[:-2] for x in xs))
     except RuntimeError:
         shapes = ", ".join(str(tuple(x.shape)) for x in xs)
-        raise ValueError(f"the batch dimensions do not broadcast: shapes {shapes}") from None
+        raise ShapeError(f"the batch dimensions do not broadcast: shapes {shapes}") from None
     return tuple(x.expand(*batch, *x.shape[-2:]) for x in xs)
 
 

@@ -43,6 +43,7 @@ import torch
 
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
+from . import checks as _checks
 from . import degeneracy as _degeneracy
 from . import gauge as _gauge
 from .eigsolvers import partial_eigh
@@ -89,6 +90,10 @@ class EigshFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(spec, A, B, *params):
+        if isinstance(A, torch.Tensor) and _dense(A) and _checks._is_traced(A):  # meta, fake: shapes only
+            w, V = torch.linalg.eigh(A) if B is None else torch.linalg.eigh(A + B)
+            idx = slice(-spec.k, None) if spec.largest else slice(0, spec.k)
+            return w[..., idx].clone(), V[..., idx].clone(), _Cut(()), None  # no info without values
         opA, opB = _operator(spec, A, B, params)
         w, V, info = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
         (V,) = _degeneracy.generic_basis(w, V)  # a generic basis of exactly degenerate kept eigenspaces
@@ -96,14 +101,14 @@ class EigshFunction(torch.autograd.Function):
             # forward AD (torch 2.x) fails an internal assert for a real output that is a view when the
             # inputs are complex: return the k eigenvalues as a tensor of their own
             w = w.clone()
-        return w, V, _Cut(tuple(info.split)), info.aid
+        return w, V, _Cut(tuple(info.split)), info
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         spec, A, B, *params = inputs
-        w, V, cut, aid = output
+        w, V, cut, info = output
         # the forward's certifying factorization (and extra Ritz vectors) precondition the solves
-        ctx.aid = aid
+        ctx.aid = None if info is None else info.aid
         ctx.spec = spec
         ctx.n_params = len(params)
         ctx.split = cut.split  # the kept pairs of a cluster k cuts (no host read here: vmap calls this)
@@ -111,7 +116,7 @@ class EigshFunction(torch.autograd.Function):
         ctx.save_for_forward(w, V, A, B)
 
     @staticmethod
-    def backward(ctx, gw, gV, _gcut=None, _gaid=None):
+    def backward(ctx, gw, gV, _gcut=None, _ginfo=None):
         w, V, A, B, *params = ctx.saved_tensors
         spec = ctx.spec
         if ctx.split:
@@ -384,7 +389,7 @@ def _as_input(X):
     return getattr(op, "matrix", op)
 
 
-def eigsh(A, k, B=None, *, largest=True, tol=None, maxiter=None):
+def eigsh(A, k, B=None, *, largest=True, tol=None, maxiter=None, return_info=False):
     """See :func:`adjointgen.torch.eigsh`."""
     k = _check_k(k)
     batched = (_dense(A) and A.dim() > 2) or (_dense(B) and B.dim() > 2)
@@ -405,20 +410,20 @@ def eigsh(A, k, B=None, *, largest=True, tol=None, maxiter=None):
         if not 1 <= k <= n:
             raise ValueError(f"eigsh: k must satisfy 1 <= k <= n = {n}, got k = {k}")
         if math.prod(batch) == 0:
-            return _empty_batch(A, B, k, batch, n)
+            return (*_empty_batch(A, B, k, batch, n), []) if return_info else _empty_batch(A, B, k, batch, n)
         Af = A.expand(*batch, *A.shape[-2:]).reshape(-1, *A.shape[-2:])
         Bf = None if B is None else B.expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:])
-        outs = [eigsh(Af[i], k, None if Bf is None else Bf[i], largest=largest, tol=tol, maxiter=maxiter)
-                for i in range(Af.shape[0])]
+        outs = [eigsh(Af[i], k, None if Bf is None else Bf[i], largest=largest, tol=tol, maxiter=maxiter,
+                      return_info=True) for i in range(Af.shape[0])]
         w = torch.stack([o[0] for o in outs]).reshape(*batch, -1)
         V = torch.stack([o[1] for o in outs]).reshape(*batch, n, -1)
-        return w, V
+        return (w, V, [o[2] for o in outs]) if return_info else (w, V)
     A, B = _as_input(A), _as_input(B)
     A_op = A if isinstance(A, LinearOperator) else None
     B_op = B if isinstance(B, LinearOperator) else None
     params_A = tuple(A_op.params) if A_op is not None else ()
     params_B = tuple(B_op.params) if B_op is not None else ()
     spec = _Spec(k, bool(largest), tol, maxiter, A_op, B_op, len(params_A))
-    w, V, _split, _aid = EigshFunction.apply(spec, None if A_op is not None else A, None if B_op is not None else B,
-                                       *params_A, *params_B)
-    return w, V
+    w, V, _split, info = EigshFunction.apply(spec, None if A_op is not None else A, None if B_op is not None else B,
+                                             *params_A, *params_B)
+    return (w, V, info) if return_info else (w, V)

@@ -8,7 +8,10 @@ __all__ = ["complete_q"]
 
 class _ComplementBasis(torch.autograd.Function):
     """The extra columns ``Q2`` of a complete QR (any orthonormal basis of the complement of
-    span(A)): passed through, and a backward that reaches them with a nonzero cotangent raises."""
+    span(A)): passed through, and a backward that reaches them with a nonzero cotangent raises.
+    Forward mode cannot tell whether the tangent of ``Q2`` is used, so it raises as torch does."""
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(Q2, A):
@@ -26,6 +29,13 @@ class _ComplementBasis(torch.autograd.Function):
                 "orthonormal basis of the complement of span(A), so it has no gradient; use mode='reduced' "
                 "(or the projector Q2 Q2^T = I - Q1 Q1^T)")
         return None, None
+
+    @staticmethod
+    def jvp(ctx, gQ2, gA):
+        raise RuntimeError(
+            "qr(mode='complete') with m > n is not differentiable in forward mode: the extra columns of Q "
+            "are an arbitrary orthonormal basis of the complement of span(A) (torch.linalg.qr raises "
+            "the same); use mode='reduced'")
 
 
 def complete_q(A: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:

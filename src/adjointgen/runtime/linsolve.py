@@ -696,5 +696,13 @@ def solve_projected_shifted_dense(
     bordered = torch.cat([top, bottom], dim=-2)
     rhs_top = R.mT.expand(*batch, m, n).unsqueeze(-1)
     rhs = torch.cat([rhs_top, torch.zeros(*batch, m, k, 1, dtype=top.dtype, device=top.device)], dim=-2)
-    solution = torch.linalg.solve(bordered, rhs)
+    try:
+        solution = torch.linalg.solve(bordered, rhs)
+    except torch.linalg.LinAlgError:
+        # a discarded eigenvalue equal to a shift (a cut through a cluster, e.g. a zero matrix): the
+        # system is singular, but with no right-hand side (no cotangent reaching the kept vectors)
+        # its solution is zero; anything else has no gradient to give
+        if not bool(R.ne(0).any()):
+            return (R * 0).expand(*batch, n, m)
+        raise
     return solution[..., :n, 0].mT

@@ -357,14 +357,22 @@ def _slack(n: int, levels: int, probability: float = _STAGE_PROBABILITY) -> floa
 def _probes(batch_shape, n: int, dtype: torch.dtype, device: torch.device, stream: int) -> torch.Tensor:
     """Gaussian probes (uniform directions on the real or complex sphere), private fixed-seed RNG.
 
-    Drawn outside functorch: inside ``jacfwd``/``hessian`` a ``vmap`` level is active even though
-    ``A`` is a plain tensor, and a random operation there would raise in vmap's default
-    ``randomness="error"`` mode. The probes do not depend on ``A``, so a plain tensor is right.
+    Drawn by NumPy, not by a torch random operation: inside ``jacfwd``/``hessian`` (and gradcheck's
+    batched forward-mode check, which uses the older ``torch._vmap_internals``) a ``vmap`` level is
+    active even though ``A`` is a plain tensor, and a random operation there would raise in vmap's
+    default ``randomness="error"`` mode. The probes do not depend on ``A``, so a plain tensor is right.
     """
+    import numpy as np
+
+    rng = np.random.default_rng(_PROBE_SEED + stream)
+    real = torch.empty((), dtype=dtype).real.dtype
+    shape = (*batch_shape, n, N_PROBES)
+    draw = rng.standard_normal(shape)
+    if dtype.is_complex:
+        draw = draw + 1j * rng.standard_normal(shape)
     with _outside_functorch():
-        generator = torch.Generator(device=device)
-        generator.manual_seed(_PROBE_SEED + stream)
-        return torch.randn((*batch_shape, n, N_PROBES), dtype=dtype, device=device, generator=generator)
+        out = torch.from_numpy(draw)
+        return out.to(dtype=dtype if dtype.is_complex else real, device=device)
 
 
 class _PowerIteration:
@@ -764,7 +772,10 @@ def pinv_forward(
             _log.debug("pinv %s %s: %s: %s", tuple(A.shape), A.dtype, info.method, info.reason)
         return (X, info) if return_info else X
 
-    if torch.compiler.is_compiling() or _is_vmapped(atol) or _is_vmapped(rtol):
+    from .checks import _is_traced
+
+    no_values = A.device.type == "meta" or (_is_traced(A) and not _is_vmapped(A))
+    if torch.compiler.is_compiling() or no_values or _is_vmapped(atol) or _is_vmapped(rtol):
         reason = "traced, or vmapped tolerances: no host decision possible; computed by torch.linalg.pinv"
         return result(torch_pinv(), PinvInfo(fallback_method, reason, None, None, None))
     if _is_vmapped(A):

@@ -69,8 +69,9 @@ class Spectral:
     # ------------------------------------------------------------------ domain checks
     def check_domain(self, w, opts=()):
         """``w``, with eigenvalues a rounding error outside a closed end of the domain moved onto
-        it; a :class:`ValueError` naming the eigenvalue if one is outside otherwise."""
-        if w.numel() == 0:
+        it; a :class:`ValueError` naming the eigenvalue if one is outside otherwise (skipped for
+        tensors without values: meta and fake tensors, compiler tracing)."""
+        if w.numel() == 0 or _checks._is_traced(w):
             return w
         if self.domain is not None:
             ok = _divided.values(self.domain, w, opts)
@@ -85,7 +86,7 @@ class Spectral:
         """A :class:`ValueError` if ``f`` has no ``order``-th derivative at an eigenvalue (``sqrt`` at
         0), or at one within rounding of such a point (unless ``A`` is diagonal: its eigenvalues
         are exact)."""
-        if w.numel() == 0:
+        if w.numel() == 0 or _checks._is_traced(w):
             return
         exact = (lambda: _is_diagonal(A)) if A is not None else None
         _divided.check_domain(self.program, w, opts, order=order, name=self.name, tol=_rounding(w), exact=exact)
@@ -97,7 +98,7 @@ class Spectral:
         ``inf * 0`` turns into NaN)."""
         G = G.to(V.dtype) if V.is_complex() and not G.is_complex() else G
         finite = torch.isfinite(L)
-        if bool(finite.all()):
+        if _checks._is_traced(L) or bool(finite.all()):
             return self.frechet(w, V, G, L)
         if bool(torch.isnan(L).any()):
             i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
@@ -140,7 +141,7 @@ def _assemble(V, fw):
     ``V_ik V_jk != 0`` (``expm(diag(800, 1))`` is ``[[inf, 0], [0, e]]``, as torch's)."""
     fw = fw.to(V.dtype)
     finite = torch.isfinite(fw)
-    if bool(finite.all()):
+    if _checks._is_traced(fw) or bool(finite.all()):
         return (V * fw.unsqueeze(-2)) @ V.mH
     part = torch.where(finite, fw, torch.zeros((), dtype=fw.dtype))
     X = (V * part.unsqueeze(-2)) @ V.mH

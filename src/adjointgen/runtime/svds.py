@@ -69,12 +69,20 @@ class GramView:
 
 
 class _SvdsCore(torch.autograd.Function):
-    """``(U, S, V, G, aid, cut) = svds(A, k)`` for one tall (m >= n) matrix; ``V`` is n×k, ``G`` the
-    Gram matrix (or ``None``), ``aid`` the backward's preconditioner and ``cut`` the kept pairs of a
-    cluster that ``k`` cuts (:class:`_Cut`), all non-differentiable."""
+    """``(U, S, V, G, info, cut) = svds(A, k)`` for one tall (m >= n) matrix; ``V`` is n×k, ``G`` the
+    Gram matrix (or ``None``), ``info`` the partial eigensolver's
+    :class:`~adjointgen.runtime.eigsolvers.PartialEighInfo` for the Gram matrix (its ``aid``
+    preconditions the backward) and ``cut`` the kept pairs of a cluster that ``k`` cuts
+    (:class:`_Cut`), all non-differentiable."""
 
     @staticmethod
     def forward(A, k, largest, tol, maxiter):
+        from .checks import _is_traced
+
+        if _is_traced(A):  # meta, fake: shapes only
+            U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+            idx = slice(0, k) if largest else slice(-k, None)
+            return U[..., idx].clone(), S[..., idx].clone(), Vh.mT[..., idx].clone(), None, None, _Cut(())
         n = A.shape[-1]
         gram = None
         if n <= GRAM_MAX_N:
@@ -88,17 +96,17 @@ class _SvdsCore(torch.autograd.Function):
         S = w.clamp_min(0).sqrt()
         U = _left_vectors(A, V, S)
         U, V = _degeneracy.generic_basis(S, U, V)
-        return U, S, V, gram, info.aid, _Cut(tuple(info.split))
+        return U, S, V, gram, info, _Cut(tuple(info.split))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         A, k, largest, tol, maxiter = inputs
-        U, S, V, gram, aid, cut = output
+        U, S, V, gram, info, cut = output
         if gram is not None:
             ctx.mark_non_differentiable(gram)
         ctx.tol = tol
         ctx.gram = gram
-        ctx.aid = aid
+        ctx.aid = None if info is None else info.aid
         ctx.k = k
         ctx.largest = largest
         ctx.split = cut.split
@@ -106,7 +114,7 @@ class _SvdsCore(torch.autograd.Function):
         ctx.save_for_forward(A, U, S, V)
 
     @staticmethod
-    def backward(ctx, gU, gS, gV, _ggram=None, _gaid=None, _gcut=None):
+    def backward(ctx, gU, gS, gV, _ggram=None, _ginfo=None, _gcut=None):
         A, U, S, V = ctx.saved_tensors
         if ctx.split:
             _degeneracy.check_cut("svds", ctx.k, ctx.largest, S, ctx.split, (gS, gU, gV), what="singular values")
@@ -180,6 +188,6 @@ class SvdsFunction:
     """``(U, S, V) = SvdsFunction.apply(A, k, largest, tol, maxiter)`` for one tall matrix."""
 
     @staticmethod
-    def apply(A, k, largest, tol, maxiter):
-        U, S, V, _gram, _aid, _cut = _SvdsCore.apply(A, k, largest, tol, maxiter)
-        return U, S, V
+    def apply(A, k, largest, tol, maxiter, return_info=False):
+        U, S, V, _gram, info, _cut = _SvdsCore.apply(A, k, largest, tol, maxiter)
+        return (U, S, V, info) if return_info else (U, S, V)

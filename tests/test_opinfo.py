@@ -1,0 +1,90 @@
+"""torch's own OpInfo gradient checks on adjointgen's drop-ins: for each function with an OpInfo
+counterpart in ``torch.testing._internal.common_methods_invocations.op_db``, torch's samples
+(real and complex), checked as torch's test_ops_gradients / test_ops_fwd_gradients check torch's
+functions: gradcheck with batched backward, forward AD with its batched check, and gradgradcheck
+with forward-over-reverse, with the OpInfo's own flags and output processing.
+
+The quick run (the default) takes the smallest samples of each (op, variant, dtype) and the
+samples that once failed (complex wide QR, pinv in forward mode); ``ADJOINTGEN_OPINFO=all`` runs
+every sample (about an hour on two cores)."""
+import os
+import warnings
+
+import pytest
+import torch
+
+import adjointgen.torch as agt
+
+op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
+
+OURS = {
+    ("linalg.solve", ""): lambda A, B, left=True: agt.solve(A, B, left=left),
+    ("linalg.inv", ""): lambda A: agt.inv(A),
+    ("linalg.cholesky", ""): lambda A, upper=False: agt.cholesky(A, upper=upper),
+    ("linalg.qr", ""): lambda A, mode="reduced": agt.qr(A, mode=mode),
+    ("linalg.eigh", ""): lambda A, UPLO="L": agt.eigh(A),
+    ("linalg.svd", ""): lambda A, full_matrices=True: agt.svd(A, full_matrices=full_matrices),
+    ("linalg.pinv", ""): lambda A, rtol=None, atol=None, hermitian=False: agt.pinv(A, rtol=rtol, atol=atol,
+                                                                                 hermitian=hermitian),
+    ("linalg.pinv", "singular"): lambda a, b: agt.pinv(a @ b.mT),  # the OpInfo's rank-deficient product
+    ("pinverse", ""): lambda A, rcond=1e-15: agt.pinv(A, rtol=rcond),
+    ("linalg.slogdet", ""): lambda A: agt.slogdet(A),
+}
+DTYPES = (torch.float64, torch.complex128)
+QUICK_PER_GROUP = 3
+QUICK_MAX_NUMEL = 40
+
+
+def _numel(sample):
+    return sum(t.numel() for t in (sample.input, *sample.args) if isinstance(t, torch.Tensor))
+
+
+def _once_failing(op, sample, dtype):
+    """The samples an earlier version failed: complex wide QR, pinv/pinverse in forward mode."""
+    A = sample.input
+    if op.name == "linalg.qr":
+        return dtype.is_complex and A.shape[-1] > A.shape[-2] and A.numel() <= 60
+    return op.name in ("linalg.pinv", "pinverse") and 0 < _numel(sample) <= 30
+
+
+def _cases():
+    everything = os.environ.get("ADJOINTGEN_OPINFO") == "all"
+    cases = []
+    for op in op_db:
+        fn = OURS.get((op.name, op.variant_test_name))
+        if fn is None:
+            continue
+        for dtype in DTYPES:
+            if dtype not in op.supported_backward_dtypes("cpu"):
+                continue
+            samples = list(op.sample_inputs("cpu", dtype, requires_grad=True))
+            if not everything:
+                small = sorted((s for s in samples if _numel(s) <= QUICK_MAX_NUMEL), key=_numel)
+                # the smallest nonempty ones, an empty one, and the once-failing ones
+                keep = [s for s in small if _numel(s) > 0][:QUICK_PER_GROUP] + [s for s in small if _numel(s) == 0][:1]
+                keep += [s for s in samples if _once_failing(op, s, dtype) and s not in keep][:4]
+                samples = keep
+            for i, sample in enumerate(samples):
+                name = f"{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
+                shapes = "x".join(str(tuple(t.shape)) for t in (sample.input, *sample.args) if isinstance(t, torch.Tensor))
+                cases.append(pytest.param(op, fn, sample, id=f"{name}-{str(dtype)[6:]}-{shapes}-{sample.kwargs}-{i}"))
+    return cases
+
+
+@pytest.mark.parametrize("op, fn, sample", _cases())
+def test_opinfo_gradients(op, fn, sample):
+    args = (sample.input, *sample.args)
+
+    def f(*a):
+        return sample.output_process_fn_grad(op.gradcheck_wrapper(fn, *a, **sample.kwargs))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.autograd.gradcheck(f, args, check_batched_grad=op.check_batched_grad,
+                                        check_forward_ad=op.supports_forward_ad,
+                                        check_batched_forward_grad=op.check_batched_forward_grad,
+                                        check_undefined_grad=True)
+        if op.supports_gradgrad:
+            assert torch.autograd.gradgradcheck(f, args, check_batched_grad=op.check_batched_gradgrad,
+                                                check_fwd_over_rev=op.supports_fwgrad_bwgrad,
+                                                check_rev_over_rev=op.supports_gradgrad)
