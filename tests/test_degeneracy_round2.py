@@ -43,7 +43,7 @@ def test_entry_losses_in_a_cluster_raise_whatever_the_basis(seed, shape, loss):
     U, V = orth(m, seed)[:, :k], orth(n, seed + 100)[:, :k]
     A = (U * torch.tensor([3.0, 2.0, 2.0, 1.0], dtype=f64)) @ V.mT
     with pytest.raises(DegenerateSubspaceError):
-        grad(lambda a: loss(*agt.svd(a)), A)
+        grad(lambda a: loss(*agt.svd(a, full_matrices=False)), A)
 
 
 def test_every_entry_loss_of_a_cluster_raises_for_eigh_at_n40():
@@ -78,7 +78,7 @@ def test_a_matrix_rebuilt_from_the_outputs_has_its_exact_gradient():
     torch.testing.assert_close(g, E01, rtol=0, atol=1e-14)
     U, V = orth(6, 1)[:, :4], orth(4, 2)
     A = (U * torch.tensor([3.0, 2.0, 2.0, 1.0], dtype=f64)) @ V.mT
-    g = grad(lambda a: (lambda U, S, Vh: (U * S) @ Vh)(*agt.svd(a))[0, 1], A)
+    g = grad(lambda a: (lambda U, S, Vh: (U * S) @ Vh)(*agt.svd(a, full_matrices=False))[0, 1], A)
     want = torch.zeros(6, 4, dtype=f64)
     want[0, 1] = 1.0
     torch.testing.assert_close(g, want, rtol=0, atol=1e-13)
@@ -145,16 +145,16 @@ def test_the_null_space_of_a_rank_deficient_thin_svd():
     X = torch.randn(6, 3, dtype=f64, generator=torch.Generator().manual_seed(11))
     X[:, 2] = X[:, 0] + X[:, 1]
     with pytest.raises(ComplementBasisError, match="zero singular value"):
-        grad(lambda a: agt.svd(a)[0][0, 2], X)
+        grad(lambda a: agt.svd(a, full_matrices=False)[0][0, 2], X)
     with pytest.raises(ComplementBasisError):
-        grad(lambda a: agt.svd(a.mT)[2][2, 0], X)
+        grad(lambda a: agt.svd(a.mT, full_matrices=False)[2][2, 0], X)
     # the reconstruction and the nuclear norm depend on the zero singular value, |t| along a perturbation
     # out of the range: the decomposition's cotangents do not determine their gradient
     with pytest.raises(DegenerateSubspaceError, match="zero singular value"):
-        grad(lambda a: (lambda U, S, Vh: (U * S) @ Vh)(*agt.svd(a)).sum(), X)
+        grad(lambda a: (lambda U, S, Vh: (U * S) @ Vh)(*agt.svd(a, full_matrices=False)).sum(), X)
     with pytest.raises(DegenerateSubspaceError, match="zero singular value"):
-        grad(lambda a: agt.svd(a)[1].sum(), X)
-    torch.testing.assert_close(grad(lambda a: agt.svd(a)[1].square().sum(), X), 2 * X, atol=1e-12, rtol=0)
+        grad(lambda a: agt.svd(a, full_matrices=False)[1].sum(), X)
+    torch.testing.assert_close(grad(lambda a: agt.svd(a, full_matrices=False)[1].square().sum(), X), 2 * X, atol=1e-12, rtol=0)
 
 
 # ------------------------------------------------------------------ transforms and errors
@@ -186,7 +186,7 @@ def test_the_generic_basis_keeps_the_decompositions():
     torch.testing.assert_close(V.mT @ V, torch.eye(4, dtype=f64), atol=1e-15, rtol=0)
     U, V = orth(6, 15)[:, :4], orth(4, 16)
     A = (U * torch.tensor([3.0, 2.0, 2.0, 1.0], dtype=f64)) @ V.mT
-    U2, S2, Vh2 = agt.svd(A)
+    U2, S2, Vh2 = agt.svd(A, full_matrices=False)
     torch.testing.assert_close((U2 * S2) @ Vh2, A, atol=1e-14, rtol=0)
     # near-degenerate (apart by more than rounding): LAPACK's eigenvectors, unchanged
     B = (V * torch.tensor([1.0, 1.0 + 1e-9, 2.0, 3.0], dtype=f64)) @ V.mT
