@@ -134,7 +134,9 @@ def test_symbolic_verdicts_are_reused_only_for_the_same_sources(root, tmp_path):
         return subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", *args, "inv"],
                               capture_output=True, text=True)
 
-    assert generate().returncode == 0  # reused: the forged verdict is carried over
+    r = generate()  # the record is a file generate wrote: an edit to it is refused, nothing written
+    assert r.returncode == 1 and "inv.symbolic.json" in r.stderr + r.stdout
+    assert generate("--force").returncode == 0  # reused: the forged verdict is carried over
     assert "not applicable (forged)" in record.read_text()
     r = generate("--check", "--fresh")  # recomputed: the check sees the difference
     assert r.returncode == 1 and "forged" in r.stdout

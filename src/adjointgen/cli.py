@@ -30,25 +30,45 @@ def cmd_generate(args) -> int:
     project = _project(args)
     t0 = time.perf_counter()
     try:
-        files = gen.render(project, args.names, jobs=args.jobs, reuse=not args.fresh)
+        files = gen.render(project, args.names, jobs=args.jobs, reuse=not args.fresh, quiet=args.quiet or args.check)
     except gen.GenerationFailed as exc:
         if exc.report_text:
             print(exc.report_text, file=sys.stderr)
         print(f"error: {exc}\nnothing was written.", file=sys.stderr)
         return 1
-    remove = gen.stale(files, project) if not args.names else []
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written.", file=sys.stderr)
+        return 130
+    full = not args.names
+    manifest = project.output / gen.MANIFEST
+    files[manifest] = gen.manifest_text(project, files, None if full else gen.read_manifest(project))
+    plan = gen.plan(files, project, full=full, force=args.force)
+    problems = plan.problems(project)
     out = project.relative(project.output) + "/"
     if args.check:
-        diff = gen.check(files, project, remove)
-        if diff:
+        diff = gen.check(files, project, plan.remove)
+        if diff or problems:
             sys.stdout.write(diff)
+            for line in problems:
+                print(f"error: {line}", file=sys.stderr)
             print(f"\n{out} is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
             return 1
         print(f"{out} is in sync ({len(files)} files, {time.perf_counter() - t0:.1f} s)")
         return 0
-    written = gen.write(files, remove)
+    if problems:
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        print("nothing was written.", file=sys.stderr)
+        return 1
+    try:
+        written = gen.write(files, plan.remove)
+    except KeyboardInterrupt:
+        print("interrupted while writing: the files listed above are complete, the others unchanged.",
+              file=sys.stderr)
+        return 130
+    removed = set(plan.remove)
     for p in written:
-        print(f"wrote {project.relative(p)}")
+        print(f"{'removed' if p in removed else 'wrote'} {project.relative(p)}")
     print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s")
     return 0
 
@@ -150,6 +170,9 @@ def main(argv=None) -> int:
     g.add_argument("names", nargs="*", help="operations (default: all)")
     g.add_argument("--check", action="store_true", help="fail with a diff if the output package is out of date")
     g.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no per-step progress on stderr")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite (or remove) generated files changed by hand since they were written")
     g.add_argument("--fresh", action="store_true",
                    help="recompute every symbolic check (by default a derivation whose sources, engine and SymPy "
                         "are unchanged reuses the verdicts recorded in the output package)")

@@ -8,6 +8,7 @@
     output = "src/mypkg/_adjoint"         # its folder (default: from ``package``, src/ layout first)
     backends = ["torch", "cupy", "cuda", "report"]   # default: all four
     templates = "templates"               # optional: templates overriding the built-in ones
+    symbolic_timeout = 20                 # optional: seconds per step's symbolic replay (0: no limit)
 
 The command line finds the project from the current directory upward (or ``--root``).  Nothing
 here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fast.
@@ -25,8 +26,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "catalogue_project", "find_project",
-           "load_project"]
+__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "catalogue_project", "check_name",
+           "find_project", "load_project"]
 
 #: the backends a project can generate, with the file (under the output package) of each operation
 BACKENDS = {
@@ -36,7 +37,28 @@ BACKENDS = {
     "report": "reports/{name}.md",  # markdown audit reports
 }
 
-_KEYS = {"derivations", "package", "output", "backends", "templates"}
+_KEYS = {"derivations", "package", "output", "backends", "templates", "symbolic_timeout"}
+#: seconds a step's symbolic replay may take before the audit keeps only its numeric verdict
+DEFAULT_SYMBOLIC_TIMEOUT = 20.0
+#: modules the generated code imports, or that a project's import path could shadow: not a name
+#: for a derivation (its generated ``torch/<name>.py`` would be imported instead)
+RESERVED_NAMES = frozenset({"torch", "numpy", "cupy", "cupyx", "scipy", "sympy", "math", "adjointgen", "jinja2",
+                            "typing", "functools", "os", "sys", "abc", "types", "collections", "warnings",
+                            "contextlib", "dataclasses", "itertools", "operator", "re", "json", "pathlib"})
+
+
+def check_name(name: str, where: str) -> None:
+    """A derivation's name becomes a module name (``torch/<name>.py``): it must be a Python
+    identifier, not a keyword, and not a module the generated code imports."""
+    import keyword
+
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ProjectError(f"{where}: the derivation name {name!r} is not a Python identifier (it names the generated "
+                           "modules <output>/torch/<name>.py, ...): use letters, digits and underscores, not a "
+                           "keyword")
+    if name in RESERVED_NAMES:
+        raise ProjectError(f"{where}: the derivation name {name!r} would shadow the module {name} that generated code "
+                           "imports: choose another name")
 
 
 class ProjectError(Exception):
@@ -58,6 +80,8 @@ class Project:
     #: (folder, name): files under the folder are named ``name/...`` in headers and docstrings
     #: (the installed catalogue names its files as the checkout does, so its output is the same)
     aliases: tuple[tuple[Path, str], ...] = ()
+    #: seconds each step's symbolic replay may take (``symbolic_timeout``; 0: no limit)
+    symbolic_timeout: float = DEFAULT_SYMBOLIC_TIMEOUT
 
     def label(self, path) -> str:
         """How generated headers and docstrings name ``path``: by an alias, else relative to the
@@ -71,10 +95,14 @@ class Project:
         return self.relative(path)
 
     def derivation_names(self) -> list[str]:
-        """Every ``<name>.py`` of the derivations folder except helpers (``_*.py``)."""
+        """Every ``<name>.py`` of the derivations folder except helpers (``_*.py``); a file whose name
+        cannot name a module raises :class:`ProjectError`."""
         if not self.derivations.is_dir():
             return []
-        return sorted(p.stem for p in self.derivations.glob("*.py") if not p.stem.startswith("_"))
+        names = sorted(p.stem for p in self.derivations.glob("*.py") if not p.stem.startswith("_"))
+        for name in names:
+            check_name(name, str(self.derivations / f"{name}.py"))
+        return names
 
     def derivation_path(self, name: str) -> Path:
         path = self.derivations / f"{name}.py"
@@ -179,8 +207,11 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
     if not package:
         raise ProjectError(f"{config_file}: [tool.adjointgen] needs `package`, the dotted name of the "
                            "generated package (e.g. package = \"mypkg._adjoint\")")
-    if not all(part.isidentifier() for part in package.split(".")):
-        raise ProjectError(f"{config_file}: [tool.adjointgen] package = {package!r} is not a dotted Python name")
+    import keyword
+
+    if not all(part.isidentifier() and not keyword.iskeyword(part) for part in package.split(".")):
+        raise ProjectError(f"{config_file}: [tool.adjointgen] package = {package!r} is not a dotted Python name "
+                           "(identifiers that are not keywords)")
     output = string("output")
     if output is None:
         parts = Path(*package.split("."))
@@ -200,12 +231,32 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
         template_dir = (root / templates).resolve()
         if not template_dir.is_dir():
             raise ProjectError(f"{config_file}: [tool.adjointgen] templates = {templates!r}: no folder {template_dir}")
+    derivations_setting = string("derivations", "derivations")
+    derivations = (root / derivations_setting).resolve()
+    if not derivations.is_dir():
+        raise ProjectError(f"{config_file}: [tool.adjointgen] derivations = {derivations_setting!r}: no folder "
+                           f"{derivations}")
+    resolved_root = root.resolve()
+    out = (root / output).resolve()
+    if not out.is_relative_to(resolved_root):
+        raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is {out}, outside the project "
+                           f"folder {resolved_root}: generated files are written (and removed) only inside it")
+    shadowing = [b for b in ("torch", "cupy") if b in backends]
+    if out == resolved_root and shadowing:
+        raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is the project folder itself: the "
+                           f"generated {shadowing[0]}/ package would shadow the real {shadowing[0]} for anything run "
+                           "from there; choose the generated package's own folder (e.g. the default from `package`)")
+    timeout = table.get("symbolic_timeout", DEFAULT_SYMBOLIC_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ProjectError(f"{config_file}: [tool.adjointgen] symbolic_timeout must be a number of seconds >= 0 "
+                           f"(0: no limit), got {timeout!r}")
     return Project(
         root=root,
         config_file=config_file,
-        derivations=(root / string("derivations", "derivations")).resolve(),
+        derivations=derivations,
         package=package,
-        output=(root / output).resolve(),
+        output=out,
         backends=tuple(b for b in BACKENDS if b in backends),
         templates=template_dir,
+        symbolic_timeout=float(timeout),
     )

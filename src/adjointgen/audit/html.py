@@ -145,6 +145,8 @@ def _verdict(step_kind: str, symbolic: str) -> tuple[str, str]:
         return symbolic, "fail"
     if symbolic == "skipped":
         return "skipped (numeric only)", "na"
+    if symbolic.startswith("numeric only (symbolic replay timed out"):
+        return symbolic, "na"
     if step_kind == "define":
         return "a definition", "na"
     if step_kind == "identity":

@@ -85,10 +85,15 @@ class AuditReport:
         for s in self.steps:
             res = "      -     " if s.residual is None else f"{s.residual:10.2e}"
             status = "pass" if s.passed else "FAIL"
-            sym = "sym ok" if s.symbolic == "verified" else ("sym --" if not s.symbolic.startswith("FAILED") else "sym FAIL")
+            sym = ("sym ok" if s.symbolic == "verified" else "sym FAIL" if s.symbolic.startswith("FAILED")
+                   else "sym time" if s.symbolic.startswith("numeric only (symbolic replay timed out") else "sym --")
             lines.append(f"  {s.index:2d}. [{status}] {res}  {sym:8s} {s.kind:17s} {s.label}")
         lines.append(f"  {'PASSED' if self.passed else 'FAILED'}: {len(self.steps)} steps, "
                      f"{self.instances} numeric instances each")
+        timed = [s for s in self.steps if s.symbolic.startswith("numeric only (symbolic replay timed out")]
+        if timed:
+            lines.append(f"  steps {', '.join(str(s.index) for s in timed)}: {timed[0].symbolic} "
+                         "(symbolic_timeout in [tool.adjointgen])")
         return "\n".join(lines)
 
 
@@ -303,14 +308,48 @@ def _reusable_verdict(verdict) -> bool:
     return isinstance(verdict, str) and (verdict == "verified" or verdict.startswith("not applicable"))
 
 
+class _SymbolicTimeout(BaseException):  # not an Exception: SymPy's own handlers must not swallow it
+    pass
+
+
+def _timeout_verdict(seconds: float) -> str:
+    return f"numeric only (symbolic replay timed out after {seconds:g} s)"
+
+
+def _with_budget(seconds: float, fn):
+    """``fn()``, stopped with :class:`_SymbolicTimeout` after ``seconds`` (0: no limit) by a timer
+    signal -- where one is available: the main thread of a Unix process (generation workers are)."""
+    import signal
+    import threading
+
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        return fn()
+
+    def expire(signum, frame):
+        raise _SymbolicTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0,
-          known: dict | None = None) -> AuditReport:
+          known: dict | None = None, symbolic_timeout: float = 0.0, progress=None) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict).
 
     ``known``: symbolic verdicts of an earlier audit of the very same sources (derivation, helpers,
     engine, SymPy version), ``{(index, kind, label): verdict}``; a step found there with a passing
     verdict is not re-evaluated symbolically (the symbolic checks are deterministic).  Numeric
-    checks always run."""
+    checks always run.
+
+    ``symbolic_timeout``: seconds a step's symbolic replay may take (0: no limit); a step that takes
+    longer keeps its numeric verdict and is reported "numeric only (symbolic replay timed out after
+    N s)".  ``progress(result, seconds, total)``: called after each step (for a live report)."""
+    import time
     if d.sampler is None and d.error is None:
         raise DerivationError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
                               "(call d.instances(sampler, [dims, ...]) before the first step; see "
@@ -321,6 +360,7 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
     sym_env_small = _symbolic_env(d, 2) if symbolic else None
     results = []
     for step in d.steps:
+        started = time.perf_counter()
         residual = None
         if step.check is not None:
             residual = 0.0
@@ -345,12 +385,18 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
                 env = dict(sym_env_small if small else sym_env)
                 env["__pairwise_free__"] = step.kind in FREE_PAIRWISE_STEPS
                 size = "2x2" if small else "3x3"
-                sym = "verified" if _is_zero_matrix(step.symbolic(dict(env))) else f"FAILED: explicit {size} residual is not zero"
+                zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(step.symbolic(dict(env))))
+                sym = "verified" if zero else f"FAILED: explicit {size} residual is not zero"
+            except _SymbolicTimeout:
+                sym = _timeout_verdict(symbolic_timeout)
             except NotExplicit:
                 sym = "not applicable (implicit solve)"
             except Exception as exc:
                 sym = f"FAILED: {type(exc).__name__}: {exc}"
-        results.append(StepResult(step.index, step.kind, step.label, step.line, residual, tolerance, sym, step.note))
+        result = StepResult(step.index, step.kind, step.label, step.line, residual, tolerance, sym, step.note)
+        results.append(result)
+        if progress is not None:
+            progress(result, time.perf_counter() - started, len(d.steps))
     return AuditReport(
         d.name, d.path, d.title, len(contexts), tuple(results),
         jvp={k: str(v) for k, v in (d.jvp.code.items() if d.jvp else [])},

@@ -273,6 +273,12 @@ class Derivation:
         ``<X, Y> = Re tr(X^H Y)``, and the rules are also specialised to real data."""
         if field not in ("real", "complex"):
             raise ValueError(f"field must be 'real' or 'complex', not {field!r}")
+        from ..project import ProjectError, check_name
+
+        try:
+            check_name(name, f"{path}: Derivation({name!r})")
+        except ProjectError as exc:
+            raise DerivationError(str(exc)) from None
         self.name = name
         self.field = field
         self.path = os.path.abspath(path)

@@ -299,7 +299,7 @@ def _symbolic_record(key: str, report) -> str:
     return (f'{{\n "about": {json.dumps(about)},\n "key": {json.dumps(key)},\n "steps": [\n{steps}\n ]\n}}\n')
 
 
-def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False) -> Audited:
+def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False, progress=None) -> Audited:
     """Audit one derivation and lower it.  ``reuse``: take the symbolic verdicts the output package
     records for these very sources instead of recomputing them (see :data:`SYMBOLIC_RECORD`)."""
     from ..audit import audit
@@ -311,7 +311,8 @@ def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False) ->
         known = None
         if reuse and symbolic:
             known = _known_verdicts(project, name, symbolic_key(project, Path(d.path)))
-        report = audit(d, symbolic=symbolic, known=known)
+        report = audit(d, symbolic=symbolic, known=known, symbolic_timeout=project.symbolic_timeout,
+                       progress=progress)
     op = (lower_derivation(d, str(project.root), project.package, label=project.label(d.path))
           if report.passed and d.error is None else None)
     return Audited(d, report, op)
@@ -330,12 +331,14 @@ class GenerationFailed(Exception):
 
 
 def render(root, names: list[str] | None = None, *, jobs: int | None = None,
-           verify: bool = True, reuse: bool = True) -> dict[Path, str]:
+           verify: bool = True, reuse: bool = True, quiet: bool = True) -> dict[Path, str]:
     """Audit the named derivations (all by default) and render their files.
 
     Derivations are audited in parallel processes (``jobs``, default: the CPU count).  Raises
     :class:`GenerationFailed` at the first failed step or failed verification of the generated
-    code; nothing is rendered then.
+    code; nothing is rendered then.  ``quiet=False``: each step is reported on stderr as it is
+    checked, with its time, and each derivation with a summary.  A KeyboardInterrupt stops the
+    workers and propagates (nothing has been written).
     """
     project = _project(root)
     all_names = project.derivation_names()
@@ -350,12 +353,19 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
         ctx = multiprocessing.get_context("spawn")
         # longest first (file size as the proxy for audit time), so that no long one starts last
         order = sorted(names, key=lambda nm: -project.derivation_path(nm).stat().st_size)
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            futures = [pool.submit(_render_operation, project, nm, verify, reuse) for nm in order]
+        pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx)
+        try:
+            futures = [pool.submit(_render_operation, project, nm, verify, reuse, quiet) for nm in order]
             by_name = dict(zip(order, [f.result() for f in futures]))
+        except BaseException:  # Ctrl-C (or a worker's crash): stop the workers, write nothing
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         results = [by_name[nm] for nm in names]
     else:
-        results = [_render_operation(project, name, verify, reuse) for name in names]
+        results = [_render_operation(project, name, verify, reuse, quiet) for name in names]
     files: dict[Path, str] = {}
     for result in results:
         if isinstance(result, (GenerationFailed, ProjectError)):
@@ -382,14 +392,46 @@ def _package_files(project: Project, names: list[str]) -> dict[Path, str]:
     return files
 
 
-def _render_operation(project: Project, name: str, verify: bool = True, reuse: bool = False):
+class _Progress:
+    """The live report of one derivation's audit on stderr: a line per step (its time, and its
+    symbolic verdict where it is not "verified"), then a summary."""
+
+    def __init__(self, name: str):
+        import time
+
+        self.name, self.start = name, time.perf_counter()
+        self.counts = {"verified": 0, "numeric only": 0, "timed out": 0}
+
+    def __call__(self, result, seconds, total):
+        verdict = result.symbolic
+        if verdict == "verified":
+            self.counts["verified"] += 1
+        elif verdict.startswith("numeric only (symbolic replay timed out"):
+            self.counts["timed out"] += 1
+        else:
+            self.counts["numeric only"] += 1
+        note = "" if verdict == "verified" else f"  [{verdict.split(':')[0]}]"
+        print(f"  {self.name} {result.index:3d}/{total} {seconds:6.2f} s  {result.label}{note}", file=sys.stderr,
+              flush=True)
+
+    def summary(self):
+        import time
+
+        c = self.counts
+        timed = f", {c['timed out']} symbolic replays timed out" if c["timed out"] else ""
+        print(f"{self.name}: {sum(c.values())} steps, {c['verified']} verified symbolically{timed}, "
+              f"{time.perf_counter() - self.start:.1f} s", file=sys.stderr, flush=True)
+
+
+def _render_operation(project: Project, name: str, verify: bool = True, reuse: bool = False, quiet: bool = True):
     """Audit one derivation, render its files and verify them (run in a worker process)."""
     from ..audit import AuditError
     from ..calculus.algebra import DerivationError
 
+    progress = None if quiet else _Progress(name)
     try:
         try:
-            a = audit_one(project, name, reuse=reuse)
+            a = audit_one(project, name, reuse=reuse, progress=progress)
         except DerivationError as exc:
             return GenerationFailed(str(exc))
         failed = a.report.first_failure()
@@ -405,6 +447,8 @@ def _render_operation(project: Project, name: str, verify: bool = True, reuse: b
                 verify_generated(project, a.derivation, a.op, texts)
             except VerificationFailed as exc:
                 return GenerationFailed(str(exc), a.report.to_text())
+        if progress is not None:
+            progress.summary()
         return files
     except ProjectError as exc:
         return exc
@@ -467,22 +511,119 @@ class _StepRow:
 
 
 # ------------------------------------------------------------------------------------- files
-def stale(files: dict[Path, str], root) -> list[Path]:
-    """Files of the output package that a full generation does not produce (a removed
-    derivation's, or a backend that was switched off)."""
+#: the generator's record of what it wrote, in the output package: {relative path: sha256}
+MANIFEST = ".adjointgen-manifest.json"
+#: what every generated text file says at its top (the JSON symbolic records: their "about")
+GENERATED_MARKS = ("generated by adjointgen — do not edit", '"about": "symbolic verdicts of the audit')
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_manifest(project: Project) -> dict[str, str] | None:
+    """The manifest of the last generation (``None`` before the first one that kept one)."""
+    path = project.output / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return {str(k): str(v) for k, v in data.get("files", {}).items()}
+    except (ValueError, AttributeError):
+        return None
+
+
+def manifest_text(project: Project, files: dict[Path, str], keep: dict[str, str] | None = None) -> str:
+    """The manifest of ``files`` (plus entries ``keep`` of files not re-rendered), deterministic."""
+    entries = dict(keep or {})
+    for path, text in files.items():
+        entries[path.relative_to(project.output).as_posix()] = _digest(text)
+    entries.pop(MANIFEST, None)
+    return json.dumps({"about": "files written by adjointgen generate, with their sha256: only these are ever "
+                                "removed by it, and only while unchanged", "files": dict(sorted(entries.items()))},
+                      indent=1, ensure_ascii=False) + "\n"
+
+
+def _looks_generated(path: Path) -> bool:
+    try:
+        head = path.read_text(errors="replace")[:400]
+    except OSError:
+        return False
+    return any(mark in head for mark in GENERATED_MARKS)
+
+
+@dataclass
+class Plan:
+    """What a generation will do to the output package, decided before anything is written."""
+
+    remove: list[Path]
+    #: generated files changed by hand since they were written (not removed, not overwritten)
+    edited: list[Path]
+    #: files in the way that adjointgen did not write
+    foreign: list[Path]
+
+    def problems(self, project: Project) -> list[str]:
+        out = [f"{project.relative(p)}: changed since adjointgen generated it (move the change into the derivation "
+               "or a template, then delete the file or use --force)" for p in self.edited]
+        out += [f"{project.relative(p)}: exists and was not written by adjointgen: not overwritten (move it, or "
+                "choose another output folder)" for p in self.foreign]
+        return out
+
+
+def plan(files: dict[Path, str], root, *, full: bool = True, force: bool = False) -> Plan:
+    """The files to remove (generated earlier, no longer produced, unchanged since), and the files
+    that block the generation: hand-edited generated files, and files adjointgen did not write
+    where it would write.  A generated file is one listed in the manifest (unchanged: its hash)
+    or, before the first manifest, one that carries the generator's header."""
     project = _project(root)
-    produced = set(files)
-    out = []
-    for pattern in (*BACKEND_DIRS.values(), SYMBOLIC_RECORD):
-        folder, _, name = pattern.partition("/")
-        for p in sorted((project.output / folder).glob(name.format(name="*"))):
-            if p not in produced:
-                out.append(p)
-    return out
+    old = read_manifest(project)
+    remove, edited, foreign = [], [], []
+    for path, text in sorted(files.items()):
+        if not path.is_file() or path.name == MANIFEST:
+            continue
+        current = path.read_text(errors="replace")
+        if current == text:
+            continue
+        rel = path.relative_to(project.output).as_posix()
+        if old is not None and rel in old:
+            if _digest(current) != old[rel] and not force:
+                edited.append(path)
+        elif not _looks_generated(path):
+            foreign.append(path)
+    if full:
+        produced = {p.relative_to(project.output).as_posix() for p in files}
+        if old is not None:
+            candidates = [project.output / rel for rel in sorted(old) if rel not in produced]
+        else:  # the first generation with a manifest: the generator's files by their header
+            candidates = []
+            for pattern in (*BACKEND_DIRS.values(), SYMBOLIC_RECORD):
+                folder, _, name = pattern.partition("/")
+                candidates += [q for q in sorted((project.output / folder).glob(name.format(name="*")))
+                               if q.relative_to(project.output).as_posix() not in produced]
+        for q in candidates:
+            if not q.is_file():
+                continue
+            rel = q.relative_to(project.output).as_posix()
+            if old is not None:
+                if _digest(q.read_text(errors="replace")) == old[rel] or force:
+                    remove.append(q)
+                else:
+                    edited.append(q)
+            elif _looks_generated(q):
+                remove.append(q)
+    return Plan(remove, edited, foreign)
+
+
+def stale(files: dict[Path, str], root) -> list[Path]:
+    """Generated files of the output package that a full generation no longer produces (a removed
+    derivation's, a backend switched off), unchanged since they were written (:func:`plan`)."""
+    return plan(files, root).remove
 
 
 def write(files: dict[Path, str], remove: list[Path] = ()) -> list[Path]:
-    """Write files whose content changed and remove stale ones; returns the paths changed."""
+    """Write files whose content changed and remove ``remove``; returns the paths changed.  Every
+    text is written to a temporary file first and moved into place, so an interrupted generation
+    leaves whole files."""
     written = []
     for path in remove:
         path.unlink()
@@ -491,7 +632,9 @@ def write(files: dict[Path, str], remove: list[Path] = ()) -> list[Path]:
         if path.is_file() and path.read_text() == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
         written.append(path)
     return written
 
