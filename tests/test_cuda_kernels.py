@@ -2,6 +2,7 @@
 functions the kernels run give NumPy's numbers in a host harness built by nvcc.  GPU runs (CuPy)
 happen where a GPU exists and skip elsewhere."""
 import re
+import functools
 import subprocess
 
 import numpy as np
@@ -98,9 +99,14 @@ def harnesses(tmp_path_factory):
     return built
 
 
+@functools.lru_cache(maxsize=None)
+def _spec(op_name):
+    return gen.load_derivation(ROOT, op_name)
+
+
 def _pairwise_oracle(op_name, fn_name):
     """The pairwise formula as the derivation produced it (SymPy), evaluated with NumPy."""
-    d = gen.load_derivation(ROOT, op_name)
+    d = _spec(op_name)
     symbol = fn_name[len(op_name) + 1:]
     pdef = d.pairwise[symbol]
     f = sp.lambdify((DI, DJ), pdef.expr, "numpy")
