@@ -10,7 +10,7 @@ import adjointgen.torch as agt
 from adjointgen.runtime.eigsolvers import partial_eigh
 from adjointgen.runtime.linear_operator import as_operator
 from adjointgen.runtime.linsolve import DenseFactorAid, SparseFactorAid, SpectralAid, solve_projected_shifted
-from adjointgen.runtime.svds import _SvdsCore
+from adjointgen.composite.svds import _SvdsCore
 from helpers import reference_generalized_eigh, rel, spd, sym
 
 

@@ -104,7 +104,7 @@ def cmd_audit(args) -> int:
         ok &= a.report.passed
         audited.append(a)
     if args.html:
-        from .audit.html import write_site
+        from .codegen.html import write_site
 
         out = Path(args.html)
         for path in write_site(project, audited, out):

@@ -15,6 +15,8 @@ here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fa
 """
 from __future__ import annotations
 
+from .names import RESERVED_NAMES, name_problem  # noqa: F401  (RESERVED_NAMES: re-exported)
+
 import contextlib
 import os
 import sys
@@ -42,23 +44,11 @@ _KEYS = {"derivations", "package", "output", "backends", "templates", "symbolic_
 DEFAULT_SYMBOLIC_TIMEOUT = 20.0
 #: modules the generated code imports, or that a project's import path could shadow: not a name
 #: for a derivation (its generated ``torch/<name>.py`` would be imported instead)
-RESERVED_NAMES = frozenset({"torch", "numpy", "cupy", "cupyx", "scipy", "sympy", "math", "adjointgen", "jinja2",
-                            "typing", "functools", "os", "sys", "abc", "types", "collections", "warnings",
-                            "contextlib", "dataclasses", "itertools", "operator", "re", "json", "pathlib"})
-
-
 def check_name(name: str, where: str) -> None:
-    """A derivation's name becomes a module name (``torch/<name>.py``): it must be a Python
-    identifier, not a keyword, and not a module the generated code imports."""
-    import keyword
-
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise ProjectError(f"{where}: the derivation name {name!r} is not a Python identifier (it names the generated "
-                           "modules <output>/torch/<name>.py, ...): use letters, digits and underscores, not a "
-                           "keyword")
-    if name in RESERVED_NAMES:
-        raise ProjectError(f"{where}: the derivation name {name!r} would shadow the module {name} that generated code "
-                           "imports: choose another name")
+    """A :class:`ProjectError` if ``name`` cannot name a derivation (:mod:`adjointgen.names`)."""
+    problem = name_problem(name)
+    if problem:
+        raise ProjectError(f"{where}: {problem}")
 
 
 class ProjectError(Exception):

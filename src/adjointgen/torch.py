@@ -215,7 +215,7 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
         UserWarning: the gap between the last kept and the first discarded eigenvalue is tiny, so
             the eigenvectors and their gradient are ill-defined.
     """
-    from .runtime.eigsh import eigsh as _eigsh
+    from .composite.eigsh import eigsh as _eigsh
 
     if isinstance(A, torch.Tensor) and A.layout == torch.strided:
         checks.symmetric_matrix(A, "A", complex_ok=True)
@@ -280,14 +280,14 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
     """
     if full_matrices and isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
         checks.matrix_input(A, "A", complex_ok=True)
-        from .runtime.svd import SvdFullFunction
+        from .composite.svd import SvdFullFunction
 
         U, S, Vh = SvdFullFunction.apply(A)
     else:
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
         if isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-2] != A.shape[-1]:
-            from .runtime.svd import guard_null_space
+            from .composite.svd import guard_null_space
 
             if A.shape[-2] > A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
                 U, S = guard_null_space(U, S, cluster_rtol)
@@ -348,10 +348,10 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     if m < n:
         Vt, S, Ut, info = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter, return_info=True)
         return (Ut.mT, S, Vt.mT, info) if return_info else (Ut.mT, S, Vt.mT)
-    from .runtime.svds import SvdsFunction
+    from .composite.svds import SvdsFunction
 
     U, S, V, info = SvdsFunction.apply(A, k, largest, tol, maxiter, return_info=True)
-    from .runtime.svd import guard_null_space
+    from .composite.svd import guard_null_space
 
     U, S = guard_null_space(U, S)  # zero singular values: their U columns and values (see svd)
     return (U, S, V.mT, info) if return_info else (U, S, V.mT)

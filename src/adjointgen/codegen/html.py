@@ -225,7 +225,7 @@ def _page_data(project, a) -> dict:
 
 def write_site(project, audited: list, out: Path) -> list[Path]:
     """Write ``<name>.html`` for every audited derivation and ``index.html``; returns the paths."""
-    from ..codegen.generate import _environment, _render_template, _template
+    from .generate import _environment, _render_template, _template
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

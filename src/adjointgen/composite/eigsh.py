@@ -43,13 +43,13 @@ import torch
 
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
-from . import checks as _checks
-from . import degeneracy as _degeneracy
-from . import gauge as _gauge
-from .eigsolvers import partial_eigh
-from .gauge import DegenerateSubspaceError
-from .linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
-from .solvers import backward_tol, solve_options
+from ..runtime import checks as _checks
+from ..runtime import degeneracy as _degeneracy
+from ..runtime import gauge as _gauge
+from ..runtime.eigsolvers import partial_eigh
+from ..runtime.gauge import DegenerateSubspaceError
+from ..runtime.linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
+from ..runtime.solvers import backward_tol, solve_options
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class EigshFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(spec, A, B, *params):
-        if isinstance(A, torch.Tensor) and _dense(A) and _checks._is_traced(A):  # meta, fake: shapes only
+        if isinstance(A, torch.Tensor) and _dense(A) and _checks.is_traced(A):  # meta, fake: shapes only
             w, V = torch.linalg.eigh(A) if B is None else torch.linalg.eigh(A + B)
             idx = slice(-spec.k, None) if spec.largest else slice(0, spec.k)
             return w[..., idx].clone(), V[..., idx].clone(), _Cut(()), None  # no info without values
@@ -123,7 +123,7 @@ class EigshFunction(torch.autograd.Function):
             _degeneracy.check_cut("eigsh", spec.k, spec.largest, w, ctx.split, (gw, gV))
         if not params and _dense(A) and (B is None or _dense(B)):
             # dense: per batch element under vmap (the solves and checks decide on values)
-            from .checks import per_element
+            from ..runtime.checks import per_element
 
             gw = torch.zeros_like(w) if gw is None else gw
             gV = torch.zeros_like(V) if gV is None else gV
@@ -134,7 +134,7 @@ class EigshFunction(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, spec, A, B, *params):
-        from .checks import vmap_by_loop
+        from ..runtime.checks import vmap_by_loop
 
         if spec.A_op is not None or spec.B_op is not None or not _dense(A) or (B is not None and not _dense(B)):
             raise NotImplementedError("vmap of eigsh needs dense A and B")

@@ -7,8 +7,8 @@ import torch
 
 from ..generated.torch import svd as thin
 from ..generated.torch import svd_complement as complement
-from . import degeneracy as _degeneracy
-from . import gauge as _gauge
+from ..runtime import degeneracy as _degeneracy
+from ..runtime import gauge as _gauge
 
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
@@ -118,7 +118,7 @@ class NullSpaceCheck(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, U, S, zero):
-        from .checks import vmap_as_batch
+        from ..runtime.checks import vmap_as_batch
 
         return vmap_as_batch(NullSpaceCheck, info, in_dims, U, S, zero)
 
@@ -127,7 +127,7 @@ def guard_null_space(U, S, rtol=None):
     """``(U, S)`` (``U`` the longer side's singular vectors, ``(..., m, k)`` with ``m > k``) routed
     through :class:`NullSpaceCheck` when some singular value is zero (to ``rtol``) and a gradient
     may flow."""
-    from .checks import physical
+    from ..runtime.checks import physical
 
     if U.shape[-2] <= U.shape[-1] or S.numel() == 0 or not (U.requires_grad or S.requires_grad or _is_dual(U)):
         return U, S

@@ -23,11 +23,11 @@ from __future__ import annotations
 import torch
 
 from ..generated.torch import svds as rules
-from . import degeneracy as _degeneracy
-from . import gauge as _gauge
-from .eigsolvers import partial_eigh
-from .linear_operator import LinearOperator
-from .solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
+from ..runtime import degeneracy as _degeneracy
+from ..runtime import gauge as _gauge
+from ..runtime.eigsolvers import partial_eigh
+from ..runtime.linear_operator import LinearOperator
+from ..runtime.solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
 
 #: tall matrices with at most this many columns form the Gram matrix A^T A in the forward
 GRAM_MAX_N = 4000
@@ -77,9 +77,9 @@ class _SvdsCore(torch.autograd.Function):
 
     @staticmethod
     def forward(A, k, largest, tol, maxiter):
-        from .checks import _is_traced
+        from ..runtime.checks import is_traced
 
-        if _is_traced(A):  # meta, fake: shapes only
+        if is_traced(A):  # meta, fake: shapes only
             U, S, Vh = torch.linalg.svd(A, full_matrices=False)
             idx = slice(0, k) if largest else slice(-k, None)
             return U[..., idx].clone(), S[..., idx].clone(), Vh.mT[..., idx].clone(), None, None, _Cut(())
@@ -121,14 +121,14 @@ class _SvdsCore(torch.autograd.Function):
         gU = torch.zeros_like(U) if gU is None else gU
         gS = torch.zeros_like(S) if gS is None else gS
         gV = torch.zeros_like(V) if gV is None else gV
-        from .checks import per_element
+        from ..runtime.checks import per_element
 
         (gA,) = per_element(lambda *t: (_backward(ctx, *t),), A, U, S, V, gU, gS, gV)
         return gA, None, None, None, None
 
     @staticmethod
     def vmap(info, in_dims, A, k, largest, tol, maxiter):
-        from .checks import vmap_by_loop
+        from ..runtime.checks import vmap_by_loop
 
         return vmap_by_loop(_SvdsCore, info, in_dims, A, k, largest, tol, maxiter)
 

@@ -49,7 +49,7 @@ class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
     ``torch.linalg.LinAlgError``."""
 
 
-def _is_traced(x: torch.Tensor) -> bool:
+def is_traced(x: torch.Tensor) -> bool:
     """Whether ``x`` has no values to read on the host: batched by ``vmap``, a meta or fake tensor
     (shape propagation, ``torch.compile``), or traced by a compiler."""
     try:
@@ -164,7 +164,7 @@ class _PerElement(torch.autograd.Function):
 def per_element(fn, *args):
     """``fn(*args)`` (a tuple of tensors), evaluated once per batch element when the tensors are
     batched by ``vmap`` (:func:`vmap_by_loop`), directly otherwise."""
-    if any(isinstance(a, torch.Tensor) and _is_traced(a) for a in args):
+    if any(isinstance(a, torch.Tensor) and is_traced(a) for a in args):
         return _PerElement.apply(_Opaque(fn), *args)
     return fn(*args)
 
@@ -254,7 +254,7 @@ def matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
 
 
 def finite(x: torch.Tensor, name: str) -> None:
-    if _is_traced(x) or x.numel() == 0:
+    if is_traced(x) or x.numel() == 0:
         return
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
@@ -266,7 +266,7 @@ def finite(x: torch.Tensor, name: str) -> None:
 def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_finite: bool = False) -> None:
     """``‖X - X^H‖_max <= rtol * ‖X‖_max`` (rtol defaults to 100 eps of the dtype); with
     ``check_finite``, first that ``X`` has no NaN/Inf (from the same pass over ``X``, for real ``X``)."""
-    if _is_traced(x) or x.numel() == 0:
+    if is_traced(x) or x.numel() == 0:
         return
     real = x.real.dtype if x.is_complex() else x.dtype
     rtol = 100 * torch.finfo(real).eps if rtol is None else rtol
@@ -292,7 +292,7 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
 
 def positive_definite(x: torch.Tensor, name: str) -> None:
     """A Cholesky factorization of ``x`` succeeds (the batch index and the leading minor are named)."""
-    if _is_traced(x) or x.numel() == 0:
+    if is_traced(x) or x.numel() == 0:
         return
     with torch.no_grad():
         _, info = torch.linalg.cholesky_ex(x)

@@ -164,9 +164,9 @@ def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
     off the diagonal of a ``difference`` ``d_i - d_j`` (no clusters) or anywhere for a ``sum``
     ``d_i + d_j`` (no ``d_i`` near ``-d_j``, no ``d_i`` near 0): then the denominator needs no mask.
     ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values."""
-    from .checks import _is_traced
+    from .checks import is_traced
 
-    if not _FUSED or _is_traced(d):
+    if not _FUSED or is_traced(d):
         return False
     if d.numel() == 0:
         return True
@@ -333,9 +333,9 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor) -> tuple[torch.Tensor
     depends on the basis can vanish by accident (``V[1, 0]``, ``Vh[1, 0]``).  At a generic basis it
     cannot, so the backward's checks do not depend on the basis LAPACK happened to pick.  Values
     only near-equal (apart by more than rounding) keep their eigenvectors."""
-    from .checks import _is_traced
+    from .checks import is_traced
 
-    if not vectors or any(_is_traced(v) for v in (d, *vectors)):
+    if not vectors or any(is_traced(v) for v in (d, *vectors)):
         return vectors
     clusters = rounding_clusters(d)
     if clusters is None:
@@ -377,14 +377,14 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
 
     Inside a ``torch.func`` transform that batches the values (``vmap``) nothing is re-expressed:
     the split check raises instead (a clear error, never a wrong gradient)."""
-    from .checks import _is_traced
+    from .checks import is_traced
     from .gauge import DegenerateSubspaceError
 
     vectors, cotangents = tuple(vectors), tuple(cotangents)
     unchanged = (*vectors, gd, *cotangents)
     if broadening is not None or d.shape[-1] < 2 or not has_clusters(d, rtol):
         return unchanged
-    if any(_is_traced(t) for t in (d, gd, *vectors, *cotangents)):
+    if any(is_traced(t) for t in (d, gd, *vectors, *cotangents)):
         # vmap: re-expressed by an autograd function whose vmap rule hands it the plain tensors
         out = _Complete.apply(_Options((op, len(vectors), rtol, broadening, what)), d, gd, *vectors, *cotangents)
         return tuple(out)

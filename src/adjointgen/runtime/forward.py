@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import NotPositiveDefiniteError, _is_traced
+from .checks import NotPositiveDefiniteError, is_traced
 
 
 def eigh(A):
@@ -22,7 +22,7 @@ def eigh_generalized(A, B):
     ``L^-1 A L^-T = Y diag(w) Y^T``, ``V = L^-T Y``.  Raises :class:`NotPositiveDefiniteError` (a
     ``ValueError``) when ``B`` is not positive definite."""
     L, info = torch.linalg.cholesky_ex(B)
-    if not _is_traced(info) and bool((info != 0).any()):
+    if not is_traced(info) and bool((info != 0).any()):
         raise NotPositiveDefiniteError("B is not positive definite (Cholesky factorization failed)")
     C = torch.linalg.solve_triangular(L, A, upper=False)
     C = torch.linalg.solve_triangular(L, C.mH, upper=False)
@@ -59,7 +59,7 @@ def cholesky(A):
     :class:`NotPositiveDefiniteError` (a ``ValueError`` and a ``torch.linalg.LinAlgError``) naming
     the leading minor that fails."""
     L, info = torch.linalg.cholesky_ex(A)
-    if not _is_traced(info) and bool((info != 0).any()):
+    if not is_traced(info) and bool((info != 0).any()):
         bad = (info != 0).nonzero()[0].tolist()
         where = f" (batch index {tuple(bad)})" if bad else ""
         minor = int(info[tuple(bad)]) if bad else int(info)
@@ -69,7 +69,7 @@ def cholesky(A):
 
 
 def _raise_singular(info, what: str):
-    if not _is_traced(info) and bool((info != 0).any()):
+    if not is_traced(info) and bool((info != 0).any()):
         from .checks import SingularMatrixError
 
         bad = (info != 0).nonzero()[0].tolist()

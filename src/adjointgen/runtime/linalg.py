@@ -17,9 +17,9 @@ __all__ = ["lu_solve"]
 def _reusable(*tensors) -> bool:
     if torch.is_grad_enabled():
         return False
-    from .checks import _is_traced
+    from .checks import is_traced
 
-    return not any(isinstance(t, torch.Tensor) and (_is_traced(t) or _is_dual(t)) for t in tensors)
+    return not any(isinstance(t, torch.Tensor) and (is_traced(t) or _is_dual(t)) for t in tensors)
 
 
 def _is_dual(t: torch.Tensor) -> bool:

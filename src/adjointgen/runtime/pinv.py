@@ -772,9 +772,9 @@ def pinv_forward(
             _log.debug("pinv %s %s: %s: %s", tuple(A.shape), A.dtype, info.method, info.reason)
         return (X, info) if return_info else X
 
-    from .checks import _is_traced
+    from .checks import is_traced
 
-    no_values = A.device.type == "meta" or (_is_traced(A) and not _is_vmapped(A))
+    no_values = A.device.type == "meta" or (is_traced(A) and not _is_vmapped(A))
     if torch.compiler.is_compiling() or no_values or _is_vmapped(atol) or _is_vmapped(rtol):
         reason = "traced, or vmapped tolerances: no host decision possible; computed by torch.linalg.pinv"
         return result(torch_pinv(), PinvInfo(fallback_method, reason, None, None, None))

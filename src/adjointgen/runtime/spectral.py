@@ -71,7 +71,7 @@ class Spectral:
         """``w``, with eigenvalues a rounding error outside a closed end of the domain moved onto
         it; a :class:`ValueError` naming the eigenvalue if one is outside otherwise (skipped for
         tensors without values: meta and fake tensors, compiler tracing)."""
-        if w.numel() == 0 or _checks._is_traced(w):
+        if w.numel() == 0 or _checks.is_traced(w):
             return w
         if self.domain is not None:
             ok = _divided.values(self.domain, w, opts)
@@ -86,7 +86,7 @@ class Spectral:
         """A :class:`ValueError` if ``f`` has no ``order``-th derivative at an eigenvalue (``sqrt`` at
         0), or at one within rounding of such a point (unless ``A`` is diagonal: its eigenvalues
         are exact)."""
-        if w.numel() == 0 or _checks._is_traced(w):
+        if w.numel() == 0 or _checks.is_traced(w):
             return
         exact = (lambda: _is_diagonal(A)) if A is not None else None
         _divided.check_domain(self.program, w, opts, order=order, name=self.name, tol=_rounding(w), exact=exact)
@@ -98,7 +98,7 @@ class Spectral:
         ``inf * 0`` turns into NaN)."""
         G = G.to(V.dtype) if V.is_complex() and not G.is_complex() else G
         finite = torch.isfinite(L)
-        if _checks._is_traced(L) or bool(finite.all()):
+        if _checks.is_traced(L) or bool(finite.all()):
             return self.frechet(w, V, G, L)
         if bool(torch.isnan(L).any()):
             i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
@@ -141,7 +141,7 @@ def _assemble(V, fw):
     ``V_ik V_jk != 0`` (``expm(diag(800, 1))`` is ``[[inf, 0], [0, e]]``, as torch's)."""
     fw = fw.to(V.dtype)
     finite = torch.isfinite(fw)
-    if _checks._is_traced(fw) or bool(finite.all()):
+    if _checks.is_traced(fw) or bool(finite.all()):
         return (V * fw.unsqueeze(-2)) @ V.mH
     part = torch.where(finite, fw, torch.zeros((), dtype=fw.dtype))
     X = (V * part.unsqueeze(-2)) @ V.mH
@@ -226,7 +226,7 @@ class _Funm(torch.autograd.Function):
         A, w, V = ctx.saved_tensors
         if gX is None:
             return None, None
-        if not torch.is_grad_enabled() and not _checks._is_traced(gX):  # no higher derivatives: the rule
+        if not torch.is_grad_enabled() and not _checks.is_traced(gX):  # no higher derivatives: the rule
             spec, opts = ctx.bound.spec, ctx.bound.opts
             return spec.apply_rule(w, V, gX, spec.checked_L(w, opts, A)), None
         return _Frechet.apply(A, gX, w, V, ctx.bound), None
