@@ -14,6 +14,7 @@ difference must simplify to zero.  Steps that use an identity of the decompositi
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,8 +23,9 @@ import sympy as sp
 from sympy.matrices.expressions import MatrixSymbol
 
 from ..calculus.algebra import DerivationError
-from ..calculus.derivation import Derivation
 from ..calculus.evaluate import NotExplicit, evaluate
+from ..calculus.spec import OperationSpec, as_spec
+from . import checks
 
 
 class AuditError(Exception):
@@ -129,15 +131,20 @@ def _random_structured(rng, shape, name, structure, complex_=False):
     return x
 
 
-def instances(d: Derivation, seed: int = 0) -> list:
-    """The audit's numeric instances of ``d`` (sampled once per derivation object and seed)."""
-    cache = d.__dict__.setdefault("_instances_cache", {})
+#: spec -> {seed: instances}; the spec itself is immutable, so the samples are kept beside it
+_INSTANCES: "weakref.WeakKeyDictionary[OperationSpec, dict]" = weakref.WeakKeyDictionary()
+
+
+def instances(d: OperationSpec, seed: int = 0) -> list:
+    """The audit's numeric instances of ``d`` (sampled once per spec and seed)."""
+    d = as_spec(d)
+    cache = _INSTANCES.setdefault(d, {})
     if seed not in cache:
         cache[seed] = list(_instances(d, seed))
     return cache[seed]
 
 
-def _instances(d: Derivation, seed: int):
+def _instances(d: OperationSpec, seed: int):
     rng = np.random.default_rng(seed)
     for dims_by_name in d.audit_dims:
         missing_dims = [s.name for s in d.dims if s.name not in dims_by_name]
@@ -172,7 +179,7 @@ def _name(f) -> str:
     return getattr(f, "__name__", repr(f))
 
 
-def _checked_sample(d: Derivation, sample, dims, dims_by_name, where) -> dict:
+def _checked_sample(d: OperationSpec, sample, dims, dims_by_name, where) -> dict:
     """The sampler's result, checked against its contract (see :meth:`Derivation.instances`)."""
     call = f"the sampler {_name(d.sampler)}(rng, **{dims_by_name})"
     if not isinstance(sample, dict):
@@ -220,10 +227,10 @@ def _checked_sample(d: Derivation, sample, dims, dims_by_name, where) -> dict:
     return sample
 
 
-def _symbolic_env(d: Derivation, size: int = 3):
+def _symbolic_env(d: OperationSpec, size: int = 3):
     """Explicit matrices with symbolic entries; a derivation may set ``symbolic_sizes`` (by
     dimension name) to keep long products of generic matrices affordable."""
-    sizes = getattr(d, "symbolic_sizes", None) or {}
+    sizes = d.symbolic_sizes
     dims = {s: min(size, sizes.get(s.name, size)) for s in d.dims}
     env = {"__dims__": dims}
     names = set()
@@ -234,7 +241,7 @@ def _symbolic_env(d: Derivation, size: int = 3):
     names |= {s.name for s in extra}
 
     def shape_of(name):
-        for s in d.inputs + d.outputs + [s for s, _ in d.introduced] + extra:
+        for s in (*d.inputs, *d.outputs, *(s for s, _ in d.introduced), *extra):
             if name in (s.name, "d" + s.name, "g" + s.name):
                 return tuple(int(x.xreplace(dims)) for x in s.shape)
         raise KeyError(name)
@@ -337,7 +344,7 @@ def _with_budget(seconds: float, fn):
         signal.signal(signal.SIGALRM, previous)
 
 
-def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0,
+def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0,
           known: dict | None = None, symbolic_timeout: float = 0.0, progress=None) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict).
 
@@ -350,6 +357,8 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
     longer keeps its numeric verdict and is reported "numeric only (symbolic replay timed out after
     N s)".  ``progress(result, seconds, total)``: called after each step (for a live report)."""
     import time
+
+    d = as_spec(d)
     if d.sampler is None and d.error is None:
         raise DerivationError(f"{d.path}: derivation '{d.name}' registers no instance sampler "
                               "(call d.instances(sampler, [dims, ...]) before the first step; see "
@@ -361,16 +370,16 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
     results = []
     for step in d.steps:
         started = time.perf_counter()
-        residual = None
+        residual, note = None, step.note
         if step.check is not None:
             residual = 0.0
             for ctx in contexts:
                 try:
-                    value, scale = step.check(ctx)
+                    value, scale = checks.numeric(step.check, d, ctx)
                     r = value / scale
                 except Exception as exc:  # a step that cannot even be evaluated fails
                     r = float("inf")
-                    step.note = f"{step.note} (evaluation error: {exc})".strip()
+                    note = f"{note} (evaluation error: {exc})".strip()
                 residual = max(residual, r) if np.isfinite(r) else float("inf")
         if step.kind == "error":
             sym = f"FAILED: {step.note}"
@@ -393,7 +402,7 @@ def audit(d: Derivation, *, tolerance: float = 1e-7, symbolic: bool = True, seed
                 sym = "not applicable (implicit solve)"
             except Exception as exc:
                 sym = f"FAILED: {type(exc).__name__}: {exc}"
-        result = StepResult(step.index, step.kind, step.label, step.line, residual, tolerance, sym, step.note)
+        result = StepResult(step.index, step.kind, step.label, step.line, residual, tolerance, sym, note)
         results.append(result)
         if progress is not None:
             progress(result, time.perf_counter() - started, len(d.steps))

@@ -394,6 +394,22 @@ class Structure:
     #: diagonal is positive, and its tangent)
     real_diagonal: set[str] = field(default_factory=set)
 
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"a frozen Structure cannot change ({name})")
+        object.__setattr__(self, name, value)
+
+    def frozen(self) -> "Structure":
+        """An immutable copy (frozensets, read-only mappings): the structure of a finished spec."""
+        import types
+
+        copy = Structure(frozenset(self.symmetric), frozenset(self.diagonal), frozenset(self.skew),
+                         types.MappingProxyType(dict(self.orthonormal)), self.complex,
+                         types.MappingProxyType(dict(self.clustered)), frozenset(self.lower), frozenset(self.upper),
+                         frozenset(self.unit), frozenset(self.strict), frozenset(self.real_diagonal))
+        object.__setattr__(copy, "_frozen", True)
+        return copy
+
     def is_symmetric(self, name: str) -> bool:
         return (name in self.symmetric or name in self.diagonal) and name not in self.skew
 

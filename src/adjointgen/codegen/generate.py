@@ -66,17 +66,19 @@ def derivation_names(root) -> list[str]:
     return _project(root).derivation_names()
 
 
-def load_derivation(root, name: str, *, partial: bool = False) -> Derivation:
-    """Run ``<derivations>/<name>.py`` of the project and return its :class:`Derivation`."""
+def load_derivation(root, name: str, *, partial: bool = False) -> "OperationSpec":
+    """Run ``<derivations>/<name>.py`` of the project and return its frozen spec
+    (:class:`~adjointgen.calculus.spec.OperationSpec`)."""
     return load_derivation_file(_project(root).derivation_path(name), partial=partial)
 
 
-def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
-    """Run one derivation script.  Its folder is importable while it runs, so that scripts can
+def load_derivation_file(path: Path, *, partial: bool = False) -> "OperationSpec":
+    """Run one derivation script and freeze its :class:`Derivation` into the spec every later stage
+    reads (:class:`~adjointgen.calculus.spec.OperationSpec`).  Its folder is importable while it runs, so that scripts can
     share steps through helper modules (``derivations/_*.py``), as when run with ``python``.
 
     With ``partial``, a script stopped by a :class:`DerivationError` still returns the derivation
-    with the steps recorded so far (the failed one last, ``d.error`` set) for the audit to report.
+    with the steps recorded so far (the failed one last, ``error`` set) for the audit to report.
     Any other exception of the script is reported as a :class:`DerivationError` naming the file
     and the line of the script where it happened."""
     from ..calculus.algebra import DerivationError
@@ -96,9 +98,8 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
         if partial and mine:
             d = mine[-1]
             if d.error is None:  # raised inside the engine rather than by a step
-                d.error = str(exc)
-                d._record("error", "engine", None, note=str(exc))
-            return d
+                d.stopped(str(exc))
+            return d.freeze()
         raise
     except Exception as exc:
         raise DerivationError(f"{_where(path, exc)}: {type(exc).__name__}: {exc}") from exc
@@ -110,7 +111,7 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> Derivation:
     found = [v for v in ns.values() if isinstance(v, Derivation)]
     if len(found) != 1:
         raise DerivationError(f"{path}: a derivation file must define exactly one Derivation (found {len(found)})")
-    return found[0]
+    return found[0].freeze()
 
 
 def _where(path: Path, exc: BaseException) -> str:

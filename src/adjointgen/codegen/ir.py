@@ -132,6 +132,8 @@ class PairwiseFn:
     #: ``v = d factor / scale`` (``factor = a / c``), one division instead of forming ``F``;
     #: ``kind`` is ``difference`` or ``sum`` (which pairs can vanish)
     fused: tuple | None = None
+    #: where the step ``origin`` is in the derivation file (``derivations/eigh.py:41``)
+    where: str = ""
 
     @property
     def needs_clusters(self) -> bool:
@@ -190,6 +192,8 @@ class RuleIR:
     expressions: tuple[tuple[str, object], ...] = ()
     #: complex data: ``^T`` is printed as the conjugate transpose
     complex: bool = False
+    #: (output name in code, where it was derived: ``derivations/inv.py:46 (step 7: solve for dX)``)
+    sources: tuple[tuple[str, str], ...] = ()
 
     @property
     def signature(self) -> str:

@@ -23,7 +23,7 @@ from sympy.matrices.expressions import (
 
 from sympy.printing.str import StrPrinter
 
-from ..calculus.derivation import Derivation
+from ..calculus.spec import OperationSpec, Source, as_spec
 from ..calculus.nodes import (DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew, StrictlyLower,
                               Sym, Trace)
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
@@ -437,8 +437,9 @@ def _size(dim) -> int:
     return int(dim.xreplace({s: REPRESENTATIVE_SIZES.get(s.name, 100) for s in dim.free_symbols}))
 
 
-def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
+def _pairwise_fn(d: OperationSpec, name: str, api: dict[str, str], root: str | None = None) -> PairwiseFn:
     pdef = d.pairwise[name]
+    where = Source(d.path, d.pairwise_lines.get(name), None, "").comment(root)
     expr = sp.simplify(pdef.expr)
     num, den = sp.fraction(sp.together(expr))
     if pdef.zero_on is not None and sp.sympify(pdef.diagonal_value) != 0 and sp.simplify(den.xreplace({DJ: DI})) == 0:
@@ -458,6 +459,7 @@ def _pairwise_fn(d: Derivation, name: str, api: dict[str, str]) -> PairwiseFn:
         masked=pdef.zero_on is not None,
         broadened=(num * den / (den ** 2 + sp.Symbol("broadening", positive=True))) if pdef.zero_on else None,
         fused=_fused_form(num, den, pdef) if pdef.zero_on is not None else None,
+        where=where,
     )
 
 
@@ -486,9 +488,10 @@ def _fused_form(num, den, pdef):
     return kind, sp.nsimplify(a / num)
 
 
-def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.generated", *,
+def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.generated", *,
                      label: str | None = None) -> OperationIR:
-    """Build the :class:`OperationIR` of an audited derivation."""
+    """Build the :class:`OperationIR` of an audited derivation (its spec)."""
+    d = as_spec(d)
     if d.jvp is None or d.vjp is None:
         raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
     api = dict(d.api_names)
@@ -505,7 +508,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     primal = {s.name: Param(api[s.name], s.name, kind(s.name), "primal") for s in d.inputs + d.outputs}
     saves = d.forward_spec.saves if d.forward_spec is not None else ()
     factorized = {sym: (f"{api.get(sym, sym)}_LU", f"{api.get(sym, sym)}_pivots") for sym, kind in saves}
-    factor_exprs = [e for pair in getattr(d, "vjp_factors", {}).values() for e in pair]
+    factor_exprs = [e for pair in d.vjp_factors.values() for e in pair]
     real_jvp = d.real_jvp or d.jvp  # a complex derivation's rules read on real data
     real_vjp = d.real_vjp or d.vjp
     if d.real_jvp is not None:
@@ -516,10 +519,12 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
     function_pairwise = {name for name, pdef in d.pairwise.items() if _depends_on_functions(d, pdef)}
     used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)} - function_pairwise)
-    pairwise = tuple(_pairwise_fn(d, p, api) for p in used_pairwise)
+    pairwise = tuple(_pairwise_fn(d, p, api, root) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
     vector_of = {p.symbol: p.vector for p in pairwise}
     pw_fns = {p.symbol: p for p in pairwise}
+
+    derived_at = {**d.sources("jvp"), **d.sources("vjp"), **d.sources("gauge")}
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
@@ -559,10 +564,12 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             expressions=tuple((out_names[k], formulas[k]) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             complex=complex_,
+            sources=tuple((out_names[k], derived_at[k].comment(root)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))
+                          if k in derived_at),
         )
 
     output_order = [s for s in d.outputs]
-    api_order = getattr(d, "api_output_order", None) or [api[s.name] for s in output_order]
+    api_order = d.api_output_order or [api[s.name] for s in output_order]
     outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
     all_exprs = [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
     in_solves = {x.name for e in all_exprs for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
@@ -642,7 +649,7 @@ def lower_derivation(d: Derivation, root: str, package: str = "adjointgen.genera
                             {**real_vjp.raw, **real_raws}, False, "_checked")
     gauge = next((r for r in gauge_rules if r.name == f"{d.name}_gauge"), None)
     vjp_factors = None
-    if getattr(d, "vjp_factors", None):
+    if d.vjp_factors:
         exprs, names = {}, {}
         for s in d.inputs:
             L, R = d.vjp_factors["g" + s.name]
@@ -709,7 +716,7 @@ def _prune(values: list[Value], outs: list) -> tuple[tuple[Value, ...], list]:
     return new, [(o, rename.get(name, name), kind) for o, name, kind in outs]
 
 
-def _depends_on_functions(d: Derivation, pdef) -> bool:
+def _depends_on_functions(d: OperationSpec, pdef) -> bool:
     """The pairwise matrix's entries involve a scalar function the derivation is generic in."""
     names = set(d.functions)
     exprs = (sp.sympify(pdef.expr), sp.sympify(pdef.diagonal_value))
@@ -728,7 +735,7 @@ def instance_ir(name: str, expr, var, options=(), *, function: str = "f", second
                       second=second)
 
 
-def _instances(d: Derivation) -> tuple[InstanceIR, ...]:
+def _instances(d: OperationSpec) -> tuple[InstanceIR, ...]:
     """The derivation's concrete functions (:meth:`Derivation.instantiate`)."""
     out = []
     for name, (functions, options) in sorted(d.instantiations.items()):
@@ -737,7 +744,7 @@ def _instances(d: Derivation) -> tuple[InstanceIR, ...]:
     return tuple(out)
 
 
-def _residuals(d: Derivation):
+def _residuals(d: OperationSpec):
     """(gauge name, residual name, (raw, code), (real raw, real code) or None) of every gauge; the
     real specialisation is ``None`` where the residual vanishes on real data (the phases)."""
     from ..calculus import algebra
@@ -761,7 +768,7 @@ def _residuals(d: Derivation):
     return out
 
 
-def _public(d: Derivation, api: dict, outputs_sorted, degeneracy: bool = False) -> PublicIR | None:
+def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = False) -> PublicIR | None:
     """The forward and the checked public function, from the declared forward and structure."""
     spec = d.forward_spec
     if spec is None:

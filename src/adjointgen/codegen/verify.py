@@ -154,7 +154,7 @@ def _check_rules_once(op, d, module, contexts, path, problems, *, to_array, to_n
 
 def _check_function(op, d, module, contexts, path, problems, torch):
     """The autograd function and the public function, run as a user runs them."""
-    from ..calculus.derivation import forward_outputs, identity_residual
+    from ..audit.checks import forward_outputs, identity_residual
     from ..calculus.evaluate import evaluate
     from ..runtime import gauge
 
@@ -256,7 +256,7 @@ def _check_instances(op, d, module, contexts, path, problems, torch):
     ``L`` and ``f[a, b, c]`` against the derivation's definitions, on the audit's matrices."""
     import sympy as sp
 
-    from ..calculus.derivation import _second_divided
+    from ..audit.checks import second_divided
     from ..calculus.evaluate import evaluate
 
     for inst in op.instances:
@@ -303,7 +303,7 @@ def _check_instances(op, d, module, contexts, path, problems, torch):
                 if not err <= TOLERANCE:
                     problems.append(f"{path}: {inst.name}_L differs from the derivation's L by {err:.2e} (instance {index})")
                 if d.second is not None and dd2 is not None:
-                    second = _second_divided(env, d.pairwise[d.second.L])
+                    second = second_divided(env, d.pairwise[d.second.L])
                     t = torch.from_numpy(w)
                     got = dd2(t[:, None, None], t[None, :, None], t[None, None, :], *opts).numpy()
                     want = np.array([[[second(a, b, c) for c in w] for b in w] for a in w])

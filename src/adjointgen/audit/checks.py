@@ -1,0 +1,249 @@
+"""The numeric checks of the audit: what each recorded step's :class:`~adjointgen.calculus.derivation.Check`
+means on an instance.
+
+A step of a derivation records *what* is to be checked (a :class:`Check`: its kind and the
+expressions involved); this module owns *how*: :func:`numeric` evaluates it on one audit context
+(an instance's values) against the frozen spec, and returns ``(value, scale)``, the residual being
+``value / scale``.  The kinds:
+
+- ``equation``: ``‖lhs - rhs‖`` against the sizes of the terms (``|c| Π‖factor‖``);
+- ``forward``: the declared NumPy forward's outputs satisfy every identity on primal values;
+- ``dot_product``: ``<g_in, d_in> = Σ <g_out, d_out>`` (the VJP is the JVP's adjoint);
+- ``adjoint``: a projection is self-adjoint, ``<G, P(X)> = <P(G), X>``, on random matrices;
+- ``gauge``: ``<R, Θ> = Σ <g_out, d_out(Θ)>`` for the gauge residual ``R``;
+- ``second_order``: the second-order rule against a central difference of the derived VJP.
+
+``real_only`` checks report zero on complex instances (a complex rule's real specialisation).
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+from sympy.matrices.expressions import MatrixSymbol
+
+from ..calculus import algebra
+from ..calculus.algebra import DerivationError
+from ..calculus.derivation import Check
+from ..calculus.evaluate import concrete_expr, evaluate
+from ..calculus.nodes import DI, DJ, PairwiseDef, Structure
+
+__all__ = ["forward_outputs", "identity_residual", "numeric", "second_divided"]
+
+
+def numeric(check: Check, spec, ctx) -> tuple[float, float]:
+    """``(value, scale)`` of ``check`` on the audit context ``ctx`` (see the module docstring)."""
+    if check.real_only and _is_complex_env(ctx.env):
+        return 0.0, 1.0
+    return _KINDS[check.kind](spec, ctx, *check.args)
+
+
+def _frob(x) -> float:
+    return float(np.linalg.norm(x))
+
+
+#: (srepr, complex) -> the expansion of an expression into monomials, shared by every instance
+_EXPANDED: dict = {}
+
+
+def _expanded(e, complex_: bool):
+    key = (sp.srepr(e), complex_)
+    if key not in _EXPANDED:
+        # scale from the terms as written, before structure cancels any
+        _EXPANDED[key] = algebra.expand(e, Structure(complex=complex_))
+    return _EXPANDED[key]
+
+
+def _equation(spec, ctx, eq):
+    complex_ = ctx.structure.complex
+    res = evaluate(eq.residual_expr, ctx.env, ctx.dims)
+    terms = _expanded(eq.lhs, complex_) + _expanded(eq.rhs, complex_)
+    # each term's size bound |c| Π‖factor‖ (sub-multiplicative): a residual is measured against the
+    # size of what was multiplied, also when a product itself is ~0 (U^T dU, k = 1)
+    definitions = getattr(ctx, "definitions", {})
+
+    def factor_size(f):
+        inner = None
+        if isinstance(f, MatrixSymbol) and f.name in definitions:  # the size of what it names
+            inner = definitions[f.name]
+        elif isinstance(f, algebra.LINEAR_NODES):  # ‖diag(X)‖, ‖sym(X)‖ <= ‖X‖
+            inner = f.arg
+        if inner is not None:
+            return sum(abs(float(c2)) * np.prod([factor_size(g) for g in fs2]) for c2, fs2 in _expanded(inner, complex_))
+        return _frob(evaluate(f, ctx.env, ctx.dims))
+
+    scale = sum(abs(float(c)) * np.prod([factor_size(f) for f in fs]) for c, fs in terms)
+    return _frob(res), max(scale, np.finfo(float).tiny)
+
+
+def forward_outputs(spec, out, xp) -> dict:
+    """The spec's output symbols from what a forward returned (API order, diagonal outputs as
+    vectors, outputs with a form in that form), as matrices keyed by symbol name."""
+    values = out if isinstance(out, tuple) else (tuple(out) if isinstance(out, list) else (out,))
+    order = spec.api_output_order or [spec.api_names[o.name] for o in spec.outputs]
+    by_api = {spec.api_names[o.name]: o for o in spec.outputs}
+    if len(values) != len(order):
+        raise DerivationError(f"the forward returned {len(values)} value(s); the derivation has the outputs "
+                              f"{', '.join(order)} (in this order)")
+    result = {}
+    for api, value in zip(order, values):
+        sym = by_api[api]
+        if sym.name in spec.public_forms and spec.public_forms[sym.name][1] == "adjoint":
+            value = xp.conj(xp.swapaxes(value, -1, -2)) if hasattr(xp, "swapaxes") else value.mH
+        if sym.name in spec.structure.diagonal:
+            value = xp.diag(value) if value.ndim == 1 else value
+        if sym.shape == (1, 1):  # a scalar output
+            value = xp.reshape(xp.asarray(value), (1, 1)) if hasattr(xp, "reshape") else value.reshape(1, 1)
+        result[sym.name] = value
+    return result
+
+
+class _Env:
+    """An audit context with other values."""
+
+    def __init__(self, ctx, env):
+        self.__dict__.update(ctx.__dict__)
+        self.env = env
+
+
+def identity_residual(spec, ctx, values: dict) -> float:
+    """The largest relative residual of the spec's identities on primal values only (inputs and
+    outputs), with the outputs replaced by ``values`` (NumPy arrays by symbol name)."""
+    primal = {s.name for s in (*spec.inputs, *spec.outputs)}
+    env = dict(ctx.env)
+    env.update(values)
+    other = _Env(ctx, env)
+    worst = 0.0
+    for step in spec.steps:
+        if step.kind != "identity" or step.equation is None:
+            continue
+        eq = step.equation
+        if not algebra.free_names(eq.lhs - eq.rhs) <= primal:
+            continue
+        valid, scale = numeric(step.check, spec, ctx)
+        if not valid <= 1e-7 * scale:
+            continue  # the identity itself fails on the audit's instance: its own step reports it
+        value, scale = numeric(step.check, spec, other)
+        worst = max(worst, value / scale)
+    return worst
+
+
+def _forward(spec, ctx):
+    forward = spec.forward_spec
+    fn = forward.numpy.resolve(np)
+    out = fn(*[ctx.env[s.name] for s in spec.inputs], **dict(forward.options))
+    return identity_residual(spec, ctx, forward_outputs(spec, out, np)), 1.0
+
+
+def _dot_product(spec, ctx, name, gexpr):
+    env = dict(ctx.env)
+    env.update(ctx.cotangents)
+    g_in = evaluate(gexpr, env, ctx.dims)
+    lhs = float(np.real(np.vdot(g_in, ctx.env["d" + name])))  # <X, Y> = Re tr(X^H Y)
+    rhs = 0.0
+    parts = [abs(lhs)]
+    only = dict(ctx.env)  # the JVP along this input's tangent alone
+    for other in spec.inputs:
+        if other.name != name:
+            only["d" + other.name] = np.zeros_like(ctx.env["d" + other.name])
+    for out in spec.rule_outputs:
+        t = spec.tangents[out.name].name
+        dval = evaluate(spec.jvp.raw[t], only, ctx.dims)
+        v = float(np.real(np.vdot(ctx.cotangents["g" + out.name], dval)))
+        rhs += v
+        parts.append(abs(v))
+    return abs(lhs - rhs), max(sum(parts), np.finfo(float).tiny)
+
+
+def _adjoint(spec, ctx, node, complex_):
+    rng = np.random.default_rng(len(ctx.env))
+    n = 5
+    G, X = rng.standard_normal((2, n, n))
+    if complex_:
+        G, X = G + 1j * rng.standard_normal((n, n)), X + 1j * rng.standard_normal((n, n))
+    g, x = MatrixSymbol("G", n, n), MatrixSymbol("X", n, n)
+    env = {"G": G, "X": X}
+    lhs = float(np.real(np.vdot(G, evaluate(node(x), env, {}))))
+    rhs = float(np.real(np.vdot(evaluate(node(g), env, {}), X)))
+    return abs(lhs - rhs), abs(lhs) + abs(rhs)
+
+
+def _gauge(spec, ctx, gauge, rexpr):
+    env = dict(ctx.env)
+    env.update(ctx.cotangents)
+    env["__cluster_pattern__"] = True  # the residual's transposition, with some pairs in clusters
+    T = env[gauge.parameter.name]
+    lhs = float(np.real(np.vdot(evaluate(rexpr, env, ctx.dims), T)))
+    parts = [abs(lhs)]
+    rhs = 0.0
+    for out_name, direction in gauge.directions.items():
+        v = float(np.real(np.vdot(env["g" + out_name], evaluate(direction, env, ctx.dims))))
+        rhs += v
+        parts.append(abs(v))
+    return abs(lhs - rhs), max(sum(parts), np.finfo(float).tiny)
+
+
+def second_divided(env, pdef: PairwiseDef):
+    """``f[a, b, c]`` of an instance's concrete ``f`` (the divided difference whose first is ``pdef``),
+    with the confluent cases from ``f'`` and ``f''``."""
+    x = sp.Symbol("x", real=True)
+    fprime = concrete_expr(pdef.diagonal_value, env).xreplace({DI: x})
+    f1 = sp.lambdify(x, fprime, "numpy")
+    f2 = sp.lambdify(x, sp.diff(fprime, x), "numpy")
+    first = sp.lambdify((DI, DJ), concrete_expr(pdef.expr, env), "numpy")
+
+    def L(p, q):
+        return f1(p) if p == q else first(p, q)
+
+    def second(p, q, r):
+        p, q, r = sorted((p, q, r))
+        if p == r:
+            return f2(p) / 2
+        return (L(r, q) - L(q, p)) / (r - p)
+
+    return second
+
+
+def _second_order(spec, ctx):
+    """``U S U^T``, ``S_ij = Σ_k T(d_i, d_k, d_j) (G_ik H_kj + H_ik G_kj)``, against the central
+    difference of the derived VJP along the instance's tangents ``(dU, dD)``."""
+    so = spec.second
+    env = ctx.env
+    second = second_divided(env, spec.pairwise[so.L])
+    gX = spec.cotangents[so.output]
+    d = np.diagonal(env[so.values]).real
+    Uv = env[so.vectors]
+    G = ctx.cotangents[gX.name]
+    G = (G + G.conj().T) / 2
+    H = env[spec.tangents[so.input].name]
+    Gt, Ht = Uv.conj().T @ G @ Uv, Uv.conj().T @ H @ Uv
+    n = len(d)
+    S = np.zeros((n, n), dtype=np.result_type(Gt, Ht))
+    for i in range(n):
+        for j in range(n):
+            S[i, j] = sum(second(d[i], d[k], d[j]) * (Gt[i, k] * Ht[k, j] + Ht[i, k] * Gt[k, j]) for k in range(n))
+    formula = Uv @ S @ Uv.conj().T
+    step = 1e-5
+    dU, dD = env[spec.tangents[so.vectors].name], env[spec.tangents[so.values].name]
+    got = spec.vjp.code["g" + so.input]
+
+    def vjp_at(sign):
+        e = dict(env)
+        e[so.vectors], e[so.values], e[gX.name] = Uv + sign * step * dU, env[so.values] + sign * step * dD, G
+        return evaluate(got, e, ctx.dims)
+
+    fd = (vjp_at(1) - vjp_at(-1)) / (2 * step)
+    return float(np.linalg.norm(formula - fd)), max(float(np.linalg.norm(fd)), 1e-300)
+
+
+def _is_complex_env(env) -> bool:
+    return any(isinstance(v, np.ndarray) and np.iscomplexobj(v) for v in env.values())
+
+
+_KINDS = {
+    "equation": _equation,
+    "forward": _forward,
+    "dot_product": _dot_product,
+    "adjoint": _adjoint,
+    "gauge": _gauge,
+    "second_order": _second_order,
+}

@@ -1,0 +1,218 @@
+"""The contracts of docs/architecture.md, checked on the code itself.
+
+- Data flows one way: derivation -> spec -> audit -> IR -> backend -> files; the runtime imports
+  nothing of the generator, the generated code imports the runtime only, and no stage reaches into
+  another's private names.
+- A finished derivation is a frozen spec: nothing writes into it, not even the audit or the lowering.
+- Generated rules name the derivation step each comes from (file:line).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import adjointgen.codegen.generate as gen
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: stage -> the stages it may import (module ``adjointgen.<stage>...``; ``(root)`` is the package
+#: itself).  Reading down the table is reading down the pipeline.
+ALLOWED = {
+    "names": set(),
+    "runtime": set(),
+    "calculus": {"names"},
+    "audit": {"calculus", "names"},
+    "project": {"names"},
+    "codegen": {"calculus", "audit", "project", "runtime", "names"},
+    "generated": {"runtime"},
+    "composite": {"generated", "runtime"},
+    "torch": {"composite", "generated", "runtime", "codegen"},  # codegen: funm compiles a user's f
+    "cupy": {"(root)", "generated"},
+    "testing": {"runtime", "torch"},
+    "divided_reference": {"runtime", "codegen"},
+    "reference": {"calculus", "audit", "project"},
+    "skeleton": {"codegen", "project"},
+    "cli": {"calculus", "codegen", "project", "reference", "skeleton", "audit"},
+    "__main__": {"cli"},
+    "(root)": set(),
+}
+
+
+def _modules():
+    """(module name, path) of every module of the package, the generated code included."""
+    for base, prefix in ((ROOT / "src" / "adjointgen", "adjointgen"), (ROOT / "generated", "adjointgen.generated")):
+        for path in sorted(base.rglob("*.py")):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join([prefix, *parts]), path
+
+
+def _imports(module: str, path: Path):
+    """(imported module, imported names) of every ``import``/``from`` of a module, also inside functions."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, []
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "(root)"
+
+
+def _edges():
+    for module, path in _modules():
+        for target, names in _imports(module, path):
+            if target.startswith("adjointgen"):
+                yield module, target, names
+
+
+def test_every_stage_imports_only_the_stages_before_it():
+    stages = {_stage(m) for m, _ in _modules()}
+    assert stages <= set(ALLOWED), f"a new stage needs its row in ALLOWED: {sorted(stages - set(ALLOWED))}"
+    bad = sorted({f"{m} imports {t}" for m, t, _ in _edges()
+                  if _stage(m) != _stage(t) and _stage(t) not in ALLOWED[_stage(m)]})
+    assert not bad, "\n".join(bad)
+
+
+def test_the_stage_graph_has_no_cycle():
+    graph = {s: set() for s in ALLOWED}
+    for m, t, _ in _edges():
+        if _stage(m) != _stage(t):
+            graph[_stage(m)].add(_stage(t))
+    state: dict[str, int] = {}
+
+    def visit(s, path):
+        if state.get(s) == 1:
+            raise AssertionError("import cycle: " + " -> ".join([*path, s]))
+        if state.get(s) == 2:
+            return
+        state[s] = 1
+        for t in sorted(graph[s]):
+            visit(t, [*path, s])
+        state[s] = 2
+
+    for s in sorted(graph):
+        visit(s, [])
+
+
+def test_no_stage_reaches_into_another_stages_private_names():
+    bad = sorted(f"{m} imports {t}.{n}" for m, t, names in _edges() for n in names
+                 if _stage(m) != _stage(t) and n.startswith("_") and not n.startswith("__"))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_runtime_never_renders_or_compiles_templates():
+    for module, path in _modules():
+        if _stage(module) in ("runtime", "generated", "composite"):
+            targets = {t for t, _ in _imports(module, path)}
+            assert "jinja2" not in targets and "sympy" not in targets, f"{module} imports {targets & {'jinja2', 'sympy'}}"
+
+
+# ---------------------------------------------------------------------------------- frozen spec
+def _fingerprint(spec) -> str:
+    """Everything a spec holds, as text (rules, steps, structure, mappings)."""
+    parts = []
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name == "steps":
+            value = [(s.index, s.kind, s.label, str(s.equation), s.line, s.note, s.check and s.check.kind) for s in value]
+        elif f.name == "structure":
+            value = sorted((k, sorted(v) if isinstance(v, (set, frozenset)) else repr(dict(v)) if hasattr(v, "items") else v)
+                           for k, v in vars(value).items())
+        elif hasattr(value, "items"):
+            value = sorted((k, repr(v)) for k, v in value.items())
+        parts.append(f"{f.name}={value!r}")
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("name", ["eigh", "svds", "qr"])
+def test_a_finished_derivation_is_a_frozen_spec_that_no_stage_writes(name):
+    from adjointgen.audit import audit
+    from adjointgen.calculus.spec import OperationSpec
+    from adjointgen.codegen.lower import lower_derivation
+
+    spec = gen.load_derivation(ROOT, name)
+    assert isinstance(spec, OperationSpec)
+    before = _fingerprint(spec)
+    report = audit(spec, symbolic=False)
+    assert report.passed
+    lower_derivation(spec, str(ROOT))
+    assert _fingerprint(spec) == before  # neither the audit nor the lowering changed it
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.error = "x"
+    with pytest.raises(TypeError):
+        spec.pairwise["X"] = None
+    with pytest.raises(TypeError):
+        spec.api_names["A"] = "B"
+    with pytest.raises(AttributeError):
+        spec.structure.symmetric.add("Z")
+    with pytest.raises(AttributeError):
+        spec.structure.complex = True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.steps[0].note = "edited"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.jvp.code = {}
+
+
+def test_the_audit_and_the_lowering_read_no_undeclared_field():
+    """Consumers read the spec's declared fields: no ``getattr(d, ...)`` with a default, no
+    ``d.__dict__``, no attribute set on a derivation from outside the builder."""
+    for rel in ("src/adjointgen/audit", "src/adjointgen/codegen"):
+        for path in (ROOT / rel).glob("*.py"):
+            text = path.read_text()
+            assert not re.search(r"getattr\(d, ", text), path
+            assert not re.search(r"\bd\.__dict__", text), path
+            assert not re.search(r"^\s*d\.[a-z_]+ = ", text, re.M), path
+
+
+# ---------------------------------------------------------------------------------- provenance
+def test_generated_rules_name_the_derivation_step_they_come_from():
+    found = 0
+    for path in sorted((ROOT / "generated" / "torch").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        lines = path.read_text().splitlines()
+        rules = [f for f in tree.body if isinstance(f, ast.FunctionDef) and re.search(r"_(jvp|vjp|gauge)(_|$)", f.name)
+                 and not f.name.endswith("_vjp_factors")]
+        assert rules, path
+        for f in rules:
+            body = "\n".join(lines[f.lineno - 1:f.end_lineno])
+            refs = re.findall(r"# (\w+): derived at (derivations/\w+\.py):(\d+) \(step (\d+): [^)]*\)"
+                              r"(?: in (derivations/_\w+\.py):(\d+))?", body)
+            assert refs, f"{path.name}:{f.lineno} {f.name} names no derivation step"
+            for _, file, line, step, helper, helper_line in refs:
+                for file_, line_ in ((file, line), (helper, helper_line)) if helper else ((file, line),):
+                    source = (ROOT / file_).read_text().splitlines()
+                    assert 1 <= int(line_) <= len(source), (path.name, f.name, file_, line_)
+                # the line names the step's call: d.<step>(...) or a helper given d
+                called = (ROOT / (helper or file)).read_text().splitlines()[int(helper_line or line) - 1]
+                assert re.search(r"\bd\.\w+\(|\(d\b", called), (path.name, f.name, called)
+                found += 1
+    assert found > 50
+
+
+def test_a_source_comment_points_at_the_step_the_audit_reports():
+    from adjointgen.audit import audit
+
+    spec = gen.load_derivation(ROOT, "inv")
+    report = audit(spec, symbolic=False)
+    source = spec.jvp.sources["dX"]
+    step = next(s for s in report.steps if s.index == source.step)
+    assert (step.line, step.label) == (source.line, source.label)
+    assert source.comment(str(ROOT)).startswith(f"derivations/inv.py:{source.line} (step {source.step}: ")
