@@ -216,3 +216,39 @@ def test_a_source_comment_points_at_the_step_the_audit_reports():
     step = next(s for s in report.steps if s.index == source.step)
     assert (step.line, step.label) == (source.line, source.label)
     assert source.comment(str(ROOT)).startswith(f"derivations/inv.py:{source.line} (step {source.step}: ")
+
+
+# ---------------------------------------------------------------------------------- backends
+def test_no_code_branches_on_a_backend_or_a_gauge_name():
+    """A backend is one ``Backend`` row (template, printer, runtime helpers, package file,
+    kernels, verifier); a gauge's checks follow from its structure, not its name."""
+    backend_names = "|".join(b.name for b in gen.BACKENDS)
+    pattern = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({backend_names})["']|["']({backend_names})["']\s*(==|!=|\bin\b)""")
+    for path in sorted((ROOT / "src" / "adjointgen" / "codegen").glob("*.py")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            assert not pattern.search(line), f"{path.name}:{i}: {line.strip()}"
+    for path in sorted((ROOT / "templates").rglob("*.j2")):
+        text = path.read_text()
+        assert not re.search(r"gauge\s*==", text), path
+    lower = (ROOT / "src" / "adjointgen" / "codegen" / "lower.py").read_text()
+    assert not re.search(r"""==\s*["']phase["']""", lower)
+
+
+def test_generated_code_imports_only_its_backends_runtime_helpers():
+    for backend in gen.BACKENDS:
+        if not backend.printer:
+            continue
+        folder = ROOT / "generated" / backend.output.split("/")[0]
+        for path in sorted(folder.glob("*.py")):
+            for target, names in _imports(f"adjointgen.generated.{folder.name}.{path.stem}", path):
+                if target.startswith("adjointgen") and not target.startswith("adjointgen.generated"):
+                    # ``from adjointgen.runtime import divided``: the module is adjointgen.runtime.divided
+                    modules = [f"{target}.{n}" for n in names] if names else [target]
+                    for module in modules:
+                        assert module.startswith(backend.runtime), (backend.name, path.name, module)
+
+
+def test_a_file_names_the_templates_it_includes_among_its_sources():
+    text = (ROOT / "generated" / "torch" / "funm.py").read_text()
+    assert "templates/common/spectral.py.j2" in text.splitlines()[1]  # funm includes it
+    assert "common/spectral" not in (ROOT / "generated" / "torch" / "inv.py").read_text().splitlines()[1]

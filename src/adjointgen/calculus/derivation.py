@@ -205,8 +205,14 @@ class Gauge:
     directions: dict[str, sp.MatrixExpr]
 
     @property
+    def suffix(self) -> str:
+        """What names its residual in code: empty for ``phase``, the gauge of complex vectors
+        every complex derivation has (``R``, ``<op>_gauge``), else ``_<name>``."""
+        return "" if self.name == "phase" else f"_{self.name}"
+
+    @property
     def residual_name(self) -> str:
-        return "R" if self.name == "phase" else f"R_{self.name}"
+        return "R" + self.suffix
 
 
 class Derivation:
@@ -1199,7 +1205,7 @@ class Derivation:
         ``F_ij = -1/(c E_ij)`` (``E_ij = s_i + s_j`` in the SVD).  ``F`` is zero where ``E_ij``
         vanishes (a pair of zero singular values): there the equation leaves ``X_ij`` free.
 
-        Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
+        Records: a ``solve_hadamard`` step.  Numeric check: the residual of the solution.
         Symbolic check: ``-F ∘ (old residual)`` equals the new residual on explicit matrices.
         """
         label = label or f"solve {E.name} ∘ {unknown.name} = ... entrywise"
@@ -1229,7 +1235,7 @@ class Derivation:
             Fm = _explicit(F, env)
             return -Fm.multiply_elementwise(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
 
-        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("solve_hadamard", label, new, check=_equation_check(new), symbolic=symbolic,
                      note=f"{name}_ij = {expr}, {name}_ii = {definition.diagonal_value}")
         return new, F
 
@@ -1240,7 +1246,7 @@ class Derivation:
         into ``L``'s diagonal, after showing ``L_ii = lim_{d_j -> d_i} L_ij`` (so ``L`` is the
         divided-difference matrix, continuous across equal values: the Daleckii–Krein ``L``).
 
-        Records: a ``hadamard_split`` step.  Numeric check: the residual of the new equation.
+        Records: a ``combine_pairwise`` step.  Numeric check: the residual of the new equation.
         Symbolic check: the old and new residuals agree on explicit matrices (with the limit shown
         by SymPy when the diagonal is absorbed).
         """
@@ -1294,7 +1300,7 @@ class Derivation:
         def symbolic(env, old=eq, new=new):
             return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
 
-        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("combine_pairwise", label, new, check=_equation_check(new), symbolic=symbolic,
                      note=f"{name}_ij = {expr}, {name}_ii = {diag_value}" + (" (the limit, shown by SymPy)" if absorbed else ""))
         return new, L
 
@@ -1366,7 +1372,7 @@ class Derivation:
     def subtract(self, first: Equation, second: Equation, label=None) -> Equation:
         """The difference of two equations.
 
-        Records: an ``add`` step.  Numeric check: the residual of the difference.  Symbolic check:
+        Records: a ``subtract`` step.  Numeric check: the residual of the difference.  Symbolic check:
         the difference of the old residuals equals the new one.
         """
         label = label or "subtract the equations"
@@ -1375,7 +1381,7 @@ class Derivation:
         def symbolic(env, new=new):
             return _explicit(first.residual_expr, env) - _explicit(second.residual_expr, env) - _explicit(new.residual_expr, env)
 
-        self._record("add", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("subtract", label, new, check=_equation_check(new), symbolic=symbolic)
         return new
 
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:

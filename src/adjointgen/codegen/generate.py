@@ -28,28 +28,52 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Backend:
-    """One target: its template, where its files go (under the output package), its printer."""
+    """One target, described once: nothing in the generator branches on a backend's name.
+
+    Attributes:
+        name: the name a project's ``backends`` setting uses.
+        template: the operation template (the project's own first, then the built-in one); the
+            templates it includes are found while it renders and become sources of the file.
+        printer: the printer of the rules' value DAG (:data:`adjointgen.codegen.printers.PRINTERS`),
+            ``None`` when the backend prints no rule.
+        comment: line-comment prefix of the header (``None``: an HTML comment).
+        runtime: the helper modules its generated code may import (module prefixes); the
+            numerical guards and algorithms live there, not in the template.
+        package_init: the package ``__init__`` it needs under the output package, if any.
+        kernels: it emits elementwise kernels: only for operations that have an elementwise part,
+            and the other backends' code may launch them.
+        verifier: how :mod:`adjointgen.codegen.verify` runs its generated module against the
+            audited rules (``None``: the text is only compared).
+    """
 
     name: str
-    template: str  # template name, looked up in the project's templates, then the built-in ones
+    template: str
     printer: str | None
-    comment: str | None  # line-comment prefix for the header (None: an HTML comment)
+    comment: str | None
+    runtime: tuple[str, ...] = ()
+    package_init: str | None = None
+    kernels: bool = False
+    verifier: str | None = None
 
     @property
     def output(self) -> str:
         """The file of an operation, relative to the output package, with ``{name}``."""
         return BACKEND_DIRS[self.name]
 
+    def emits(self, op) -> bool:
+        """Whether the operation has a file of this backend."""
+        return not self.kernels or bool(op.kernel_variants or op.instances)
+
 
 BACKENDS = (
-    Backend("torch", "torch/op.py.j2", "torch", "#"),
-    Backend("cupy", "cupy/op.py.j2", "xp", "#"),
-    Backend("cuda", "cuda/op.cu.j2", None, "//"),
+    Backend("torch", "torch/op.py.j2", "torch", "#", runtime=("adjointgen.runtime",),
+            package_init="torch/__init__.py", verifier="torch"),
+    Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided"),
+            package_init="cupy/__init__.py", verifier="array"),
+    Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True),
     Backend("report", "report/audit.md.j2", None, None),
 )
 
-#: the package ``__init__`` files: (backend that needs it, path under the output package)
-PACKAGE_FILES = (("torch", "torch/__init__.py"), ("cupy", "cupy/__init__.py"))
 PACKAGE_TEMPLATE = "package/__init__.py.j2"
 
 
@@ -138,13 +162,37 @@ class TemplateError(ProjectError):
     """A template is missing, malformed, or refers to something the generator does not provide."""
 
 
+def _recording_loader_class():
+    import jinja2
+
+    class RecordingLoader(jinja2.ChoiceLoader):
+        """The project's template folders, then the built-in ones; ``loaded`` lists the names of
+        the templates loaded (the includes of a render: sources of the file it renders)."""
+
+        def __init__(self, loaders):
+            super().__init__(loaders)
+            self.loaded: list[str] = []
+
+        def load(self, environment, name, globals=None):
+            if name not in self.loaded:
+                self.loaded.append(name)
+            return super().load(environment, name, globals)
+
+    return RecordingLoader
+
+
+def _RecordingLoader(loaders):
+    return _recording_loader_class()(loaders)
+
+
 def _environment(project: Project):
     import jinja2
 
     from .printers import scalar_c, scalar_python
 
     env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
+        loader=_RecordingLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
+        cache_size=0,  # every include is loaded, and so recorded, each time it renders
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -381,14 +429,13 @@ def _package_files(project: Project, names: list[str]) -> dict[Path, str]:
     package = _template(env, project, PACKAGE_TEMPLATE)
     header = _header("#", [Path(package.filename)], project)
     files = {}
-    wanted = [rel for backend, rel in PACKAGE_FILES if backend in project.backends]
-    for rel in wanted:
-        backend = rel.split("/")[0]
-        files[project.output / rel] = _render_template(
-            package, header=header, backend=backend, names=names, package=project.package)
+    wanted = [b for b in BACKENDS if b.name in project.backends and b.package_init]
+    for backend in wanted:
+        files[project.output / backend.package_init] = _render_template(
+            package, header=header, backend=backend.name, names=names, package=project.package)
     if wanted:
         files[project.output / "__init__.py"] = _render_template(
-            package, header=header, backend=" and ".join(r.split("/")[0] for r in wanted), names=names,
+            package, header=header, backend=" and ".join(b.name for b in wanted), names=names,
             package=project.package)
     return files
 
@@ -467,26 +514,22 @@ def _render_files(project: Project, a: Audited):
         _StepRow(r.index, r.label, r.kind, str(s.equation) if s.equation is not None else None, r.passed, r.symbolic)
         for s, r in zip(a.derivation.steps, a.report.steps)
     ]
-    for backend in BACKENDS:
-        if backend.name not in project.backends:
-            continue
-        if backend.name == "cuda" and not (op.kernel_variants or op.instances):
-            continue  # no elementwise part: no kernels to emit
+    selected = [b for b in BACKENDS if b.name in project.backends]
+    has_kernels = any(b.kernels and b.emits(op) for b in selected)
+    for backend in selected:
+        if not backend.emits(op):
+            continue  # a kernel backend, and no elementwise part: no kernels to emit
         template = _template(env, project, backend.template)
-        sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename)]
-        if op.instances and backend.name in ("torch", "cupy"):  # the template they include
-            sources.append(Path(_template(env, project, "common/spectral.py.j2").filename))
         lines = {}
         if backend.printer:
             printer = PRINTERS[backend.printer]
             lines = {r.name: printer.lines(r) for r in op.rules}
         path = project.output / backend.output.format(name=op.name)
-        text = _render_template(
-            template,
-            header=_header(backend.comment, sources, project),
+        env.loader.loaded.clear()
+        context = dict(
             op=op,
             package=project.package,
-            has_kernels="cuda" in project.backends and bool(op.kernel_variants or op.instances),
+            has_kernels=has_kernels,
             cls="".join(part.capitalize() for part in op.name.split("_")) + "Function",
             lines=lines,
             pairwise_by_name={f.name: f for f in op.pairwise},
@@ -494,6 +537,10 @@ def _render_files(project: Project, a: Audited):
             steps=steps,
             tolerance=a.report.steps[0].tolerance if a.report.steps else 0,
         )
+        _render_template(template, header="", **context)  # finds the templates it includes
+        included = [Path(_template(env, project, name).filename) for name in env.loader.loaded if name != backend.template]
+        sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename), *included]
+        text = _render_template(template, header=_header(backend.comment, sources, project), **context)
         files[path] = text
         texts[backend.name] = (path, text)
     files[project.output / SYMBOLIC_RECORD.format(name=op.name)] = _symbolic_record(

@@ -131,6 +131,8 @@ KINDS = {
     "substitute": "substitute", "define": "definition", "skew": "structure", "hadamard_split": "Hadamard split",
     "diagonal_part": "diagonal part", "part": "Hermitian part", "gauge": "gauge", "solve": "solve",
     "solve_offdiagonal": "solve off the diagonal", "solve_shifted": "projected shifted solve",
+    "solve_hadamard": "solve entrywise", "combine_pairwise": "combine pairwise factors", "subtract": "subtract",
+    "second_order": "second-order rule", "adjoint": "self-adjoint projection",
     "isolate": "isolate", "add": "add", "same": "two routes meet", "jvp": "JVP", "rewrite": "rewrite for code",
     "specialize": "real specialisation", "project": "project", "lowrank": "low-rank factors", "error": "error",
     "triangular": "triangular projection", "lower_part": "triangular projection",

@@ -58,9 +58,10 @@ OPS = {
 class ResidualIR:
     """One gauge residual a checked backward evaluates and hands to a runtime check.
 
-    ``gauge`` is ``phase`` (:func:`adjointgen.runtime.gauge.check`) or ``clusters``
-    (:func:`adjointgen.runtime.degeneracy.check`, with the cluster mask of ``vector``, the cotangent
-    ``split`` of that vector's output, and ``what`` the vector holds)."""
+    ``gauge`` names the gauge.  A residual supported on clusters of equal values (``vector`` set)
+    goes to :func:`adjointgen.runtime.degeneracy.check` with the cluster mask of ``vector``, the
+    cotangent ``split`` of that vector's output, and ``what`` the vector holds; any other (the
+    phases of complex vectors) to :func:`adjointgen.runtime.gauge.check`."""
 
     gauge: str
     output: str
@@ -71,6 +72,11 @@ class ResidualIR:
     #: the vectors (their cotangents are ``g`` + name) whose spectral losses are completed at
     #: clusters (:func:`adjointgen.runtime.degeneracy.complete`); empty: none
     completes: tuple[str, ...] = ()
+
+    @property
+    def clustered(self) -> bool:
+        """Supported on clusters of equal values (a cluster indicator masks it)."""
+        return self.vector is not None
 
 
 #: parameter roles that are keyword arguments with default ``None`` in generated rule functions

@@ -609,8 +609,8 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     checked_real = None
     residuals_real, residuals_complex = [], []
     real_codes, real_raws, complex_codes, complex_raws, out_real, out_complex = {}, {}, {}, {}, {}, {}
-    for gauge_name, res_name, (raw, code), real in residuals:
-        out = "residual" if gauge_name == "phase" else f"residual_{gauge_name}"
+    for gauge, res_name, (raw, code), real in residuals:
+        out = "residual" + gauge.suffix
         exprs_ = [code] + ([real[1]] if real else [])
         symbols = {x.name for e in exprs_ for x in e.atoms(MatrixSymbol)}
         symbols |= {x.definition.diagonal_of for e in exprs_ for x in e.atoms(PairwiseMatrix)}  # their vectors
@@ -627,9 +627,9 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             targets = d.cluster_completion.get(indicators[0].name, ())
             if targets and split is not None and all(("g" + t) in vjp_params for t in targets):
                 completes = tuple(api[t] for t in targets)
-        info = ResidualIR(gauge_name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
+        info = ResidualIR(gauge.name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
                           vector, split, what, completes)
-        suffix = "" if gauge_name == "phase" else f"_{gauge_name}"
+        suffix = gauge.suffix
         if d.structure.complex:
             gauge_rules.append(rule("gauge", {res_name: code}, gauge_params, {res_name: out}, {res_name: raw}, True,
                                     suffix + ("_complex" if real is not None else "")))
@@ -745,7 +745,7 @@ def _instances(d: OperationSpec) -> tuple[InstanceIR, ...]:
 
 
 def _residuals(d: OperationSpec):
-    """(gauge name, residual name, (raw, code), (real raw, real code) or None) of every gauge; the
+    """(gauge, residual name, (raw, code), (real raw, real code) or None) of every gauge; the
     real specialisation is ``None`` where the residual vanishes on real data (the phases)."""
     from ..calculus import algebra
 
@@ -764,7 +764,7 @@ def _residuals(d: OperationSpec):
                 real = (real_raw, algebra.simplify_for_codegen(real_raw, structure))
         else:
             real = (raw, code)
-        out.append((g.name, name, (raw, code), real))
+        out.append((g, name, (raw, code), real))
     return out
 
 

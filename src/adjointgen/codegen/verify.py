@@ -60,37 +60,51 @@ def _value(env, param, d=None, dims=None):
 
 
 def verify_generated(project, d, op, texts: dict) -> None:
-    """Raise :class:`VerificationFailed` unless every generated function reproduces its rule."""
+    """Raise :class:`VerificationFailed` unless every generated function reproduces its rule.
+    ``texts``: backend name -> (path, text) of the files rendered; each backend's ``verifier``
+    (:class:`~adjointgen.codegen.generate.Backend`) says how its module is run."""
     from ..audit.runner import instances
+    from .generate import BACKENDS
 
     contexts = instances(d)
     problems: list[str] = []
     with project.importable():
-        if "cupy" in texts:
-            path, text = texts["cupy"]
-            module = _load(path, text, f"_adjointgen_verify_{op.name}_cupy", problems)
-            if module is not None:
-                _check_rules(op, d, module, contexts, path, problems, to_array=lambda x: x,
-                             to_numpy=np.asarray)
-        if "torch" in texts:
-            try:
-                import torch
-            except ImportError:  # the torch code cannot be run here; its text is still compared
-                torch = None
-            if torch is not None:
-                path, text = texts["torch"]
-                module = _load(path, text, f"_adjointgen_verify_{op.name}_torch", problems)
-                if module is not None:
-                    _check_rules(op, d, module, contexts, path, problems, to_array=torch.from_numpy,
-                                 to_numpy=lambda t: t.detach().resolve_conj().numpy(), both_paths=True)
-                    if op.public is not None and op.public.torch_forward is not None:
-                        _check_function(op, d, module, contexts, path, problems, torch)
-                    if op.instances:
-                        _check_instances(op, d, module, contexts, path, problems, torch)
+        for backend in BACKENDS:
+            if backend.verifier is not None and backend.name in texts:
+                path, text = texts[backend.name]
+                VERIFIERS[backend.verifier](op, d, path, text, contexts, problems)
     if problems:
         raise VerificationFailed(
             f"the generated code of '{op.name}' does not reproduce the audited derivation "
             f"({d.path}); nothing was written:\n  " + "\n  ".join(problems[:12]))
+
+
+def _verify_array_module(op, d, path, text, contexts, problems):
+    """A NumPy/CuPy module: its rule functions on NumPy arrays."""
+    module = _load(path, text, f"_adjointgen_verify_{op.name}_{Path(path).parent.name}", problems)
+    if module is not None:
+        _check_rules(op, d, module, contexts, path, problems, to_array=lambda x: x, to_numpy=np.asarray)
+
+
+def _verify_torch_module(op, d, path, text, contexts, problems):
+    """A torch module: its rules (both paths), its autograd and public functions, its concrete
+    matrix functions."""
+    try:
+        import torch
+    except ImportError:  # the torch code cannot be run here; its text is still compared
+        return
+    module = _load(path, text, f"_adjointgen_verify_{op.name}_{Path(path).parent.name}", problems)
+    if module is not None:
+        _check_rules(op, d, module, contexts, path, problems, to_array=torch.from_numpy,
+                     to_numpy=lambda t: t.detach().resolve_conj().numpy(), both_paths=True)
+        if op.public is not None and op.public.torch_forward is not None:
+            _check_function(op, d, module, contexts, path, problems, torch)
+        if op.instances:
+            _check_instances(op, d, module, contexts, path, problems, torch)
+
+
+#: Backend.verifier -> how its generated module is run
+VERIFIERS = {"array": _verify_array_module, "torch": _verify_torch_module}
 
 
 def _load(path, text, name, problems):
