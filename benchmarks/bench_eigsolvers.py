@@ -80,7 +80,7 @@ def residual_of(A, w, U) -> float:
     """max_i ||A u_i - w_i u_i|| / (||A|| ||u_i||), ||A|| by 20 power-iteration steps."""
     import torch
 
-    from adjointgen.runtime.eigsolvers import _estimate_norm
+    from adjointgen.runtime.eigsolvers.common import _estimate_norm
     from adjointgen.runtime.linear_operator import as_operator
 
     with torch.no_grad():

@@ -85,7 +85,7 @@ def test_operator_input_gets_a_second_opinion():
 
 
 def test_an_unreliable_factorization_falls_back_to_a_second_opinion(monkeypatch):
-    import adjointgen.runtime.eigsolvers as eigsolvers
+    import adjointgen.runtime.eigsolvers.certify as eigsolvers
 
     monkeypatch.setattr(eigsolvers, "_sparse_count", lambda *args, **kwargs: (None, None))
     M = tridiagonal_with_isolated_row()

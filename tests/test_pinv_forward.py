@@ -38,7 +38,7 @@ from adjointgen.runtime.pinv import (
     PinvInfo,
     pinv_forward,
 )
-from adjointgen.runtime.pinv import _levels_needed, _slack
+from adjointgen.runtime.pinv.bounds import _levels_needed, _slack
 
 ERROR_CONSTANT = 10.0
 F64_TOL = 1e-10
