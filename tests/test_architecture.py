@@ -252,3 +252,12 @@ def test_a_file_names_the_templates_it_includes_among_its_sources():
     text = (ROOT / "generated" / "torch" / "funm.py").read_text()
     assert "templates/common/spectral.py.j2" in text.splitlines()[1]  # funm includes it
     assert "common/spectral" not in (ROOT / "generated" / "torch" / "inv.py").read_text().splitlines()[1]
+
+
+def test_templates_hold_layout_and_formulas_not_numerical_guards():
+    """The guards of pairwise quotients (diagonal, clusters, broadening, fused gaps) live once per
+    backend in its runtime helpers (adjointgen.runtime.pairwise, adjointgen.runtime.xp)."""
+    guards = re.compile(r"torch\.where|torch\.inf|xp\.where|\.fill_\(|\.eye\(|\.unsqueeze\(|swapaxes")
+    for path in sorted((ROOT / "templates").rglob("op.*.j2")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            assert not guards.search(line), f"{path.relative_to(ROOT)}:{i}: {line.strip()}"

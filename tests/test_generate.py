@@ -92,7 +92,7 @@ def test_cupy_namespace_exports_every_rule():
     # flip the sign of the pairwise numerator
     ("(scale * ({{ fn.numerator | pyscalar }}))", "(scale * -({{ fn.numerator | pyscalar }}))"),
     # flip the sign of the fused reciprocal-gap product (the path separated values take)
-    ("        denominator = v.unsqueeze(-1) - v.unsqueeze(-2)\n", "        denominator = v.unsqueeze(-2) - v.unsqueeze(-1)\n"),
+    ("{{ fn.vector }} * ({{ fn.fused[1] | pyscalar }} / scale)", "{{ fn.vector }} * (-({{ fn.fused[1] | pyscalar }}) / scale)"),
     # drop the diag(gw) add of the VJP (and of every other sum with a diagonal)
     ("    {{ name }} = {{ expr }}\n", "    {{ name }} = {{ expr | replace('dim2=-1) + ', 'dim2=-1) + 0 * ') }}\n"),
 ])

@@ -105,7 +105,9 @@ class Value:
     op: str
     args: tuple[str, ...]
     kind: str
-    attrs: tuple[tuple[str, str], ...] = ()
+    #: data the printer needs beyond the arguments (``coeff``, ``structure``, ``fn``, ``options``:
+    #: the keyword parameters passed on to a pairwise function); never source text
+    attrs: tuple[tuple[str, object], ...] = ()
 
     def attr(self, key: str) -> str:
         return dict(self.attrs)[key]

@@ -152,15 +152,15 @@ class _Builder:
             fn = self.pairwise_names[pw[0].name]
             vec = self.vector_of[pw[0].name]
             x = other[0]
-            extra = ""
+            options = []  # (keyword of the pairwise function, the rule's parameter passed to it)
             pf = self.pairwise_fns.get(pw[0].name)
             if pf is not None and pf.needs_clusters:
                 self.masks_used.add(pf.vector)
-                extra = ", rtol=cluster_rtol"
+                options.append(("rtol", "cluster_rtol"))
                 if pf.masked:
                     self.broadening_used = True
-                    extra += ", broadening=broadening"
-            attrs = [("fn", fn), ("extra", extra)]
+                    options.append(("broadening", "broadening"))
+            attrs = [("fn", fn), ("options", tuple(options))]
             if isinstance(x, MatAdd):  # F ∘ (Σ c_i skew(X_i)) = F ∘ skew(Σ c_i X_i): one projection
                 terms = [a.as_coeff_matrices() if isinstance(a, MatMul) else (sp.Integer(1), [a]) for a in x.args]
                 for node in (Skew, Sym):

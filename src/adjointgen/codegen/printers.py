@@ -29,13 +29,21 @@ class ArrayPrinter:
     #: entries that differ for complex data (``^T`` is the conjugate transpose)
     complex_table: dict = None
 
+    @staticmethod
+    def _fields(v: Value) -> dict:
+        """The value's attributes as the table's format fields (``options`` as keyword arguments)."""
+        fields = dict(v.attrs)
+        if "options" in fields:
+            fields["options"] = "".join(f", {k}={arg}" for k, arg in fields["options"])
+        return fields
+
     def value(self, v: Value, complex_: bool = False) -> str:
         table = {**self.table, **(self.complex_table or {})} if complex_ else self.table
         if v.op in ("solve", "solve_right", "inverse"):  # one entry per structure of the matrix
             key = f"{v.op}_{v.attr('structure')}"
             if key not in table:
                 raise KeyError(f"printer '{self.name}' has no entry for operation '{key}'")
-            return table[key].format(*v.args, **dict(v.attrs))
+            return table[key].format(*v.args, **self._fields(v))
         if v.op not in table:
             raise KeyError(f"printer '{self.name}' has no entry for operation '{v.op}'"
                            + (" on complex data" if complex_ else ""))
@@ -48,7 +56,7 @@ class ArrayPrinter:
             return f"-{v.args[0]}"
         if v.op == "add_eye" and v.attr("coeff") in ("1", "-1"):
             fmt = fmt.replace("+ {coeff} * ", "+ " if v.attr("coeff") == "1" else "- ")
-        return fmt.format(*v.args, **dict(v.attrs))
+        return fmt.format(*v.args, **self._fields(v))
 
     def lines(self, rule: RuleIR) -> list[tuple[str, str]]:
         """``(name, expression)`` for every value of the rule, in order (``name`` is ``None`` for
@@ -64,7 +72,7 @@ class ArrayPrinter:
         for v in rule.values:
             inplace = (self.inplace or {}).get(v.op)
             if inplace and v.args and v.args[0] in temps and uses.get(v.args[0], 0) == 1:
-                out.append((None, inplace.format(*v.args, **dict(v.attrs))))
+                out.append((None, inplace.format(*v.args, **self._fields(v))))
                 out.append((v.name, v.args[0]))
             else:
                 out.append((v.name, self.value(v, rule.complex)))
@@ -88,10 +96,10 @@ TORCH = ArrayPrinter(
         "reciprocal_masked": "_degeneracy.reciprocal({0}, cluster_rtol)",
         "skew": "0.5 * ({0} - {0}.mT)",
         "sym": "0.5 * ({0} + {0}.mT)",
-        "pairwise_mul": "{fn}_times({0}, {1}, 1{extra})",
+        "pairwise_mul": "{fn}_times({0}, {1}, 1{options})",
         "hadamard": "{0} * {1}",
-        "pairwise_mul_skew": "{fn}_times({0}, {1} - {1}.mT, 0.5{extra})",
-        "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mT, 0.5{extra})",
+        "pairwise_mul_skew": "{fn}_times({0}, {1} - {1}.mT, 0.5{options})",
+        "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mT, 0.5{options})",
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
         "add_eye": "{0} + {coeff} * torch.eye({0}.shape[-1], dtype={0}.dtype, device={0}.device)",
         "lower_half": "{0}.tril(-1) + 0.5 * torch.diag_embed({0}.diagonal(dim1=-2, dim2=-1))",
@@ -130,8 +138,8 @@ TORCH = ArrayPrinter(
         "transpose": "{0}.mH",
         "skew": "0.5 * ({0} - {0}.mH)",
         "sym": "0.5 * ({0} + {0}.mH)",
-        "pairwise_mul_skew": "{fn}_times({0}, {1} - {1}.mH, 0.5{extra})",
-        "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mH, 0.5{extra})",
+        "pairwise_mul_skew": "{fn}_times({0}, {1} - {1}.mH, 0.5{options})",
+        "pairwise_mul_sym": "{fn}_times({0}, {1} + {1}.mH, 0.5{options})",
         "diag_sym": "{0}.diagonal(dim1=-2, dim2=-1).real",
         "diag_skew": "1j * {0}.diagonal(dim1=-2, dim2=-1).resolve_conj().imag",
         "conj": "{0}.conj()",
@@ -156,10 +164,10 @@ XP = ArrayPrinter(
         "reciprocal_masked": "_reciprocal(xp, {0}, cluster_rtol)",
         "skew": "0.5 * ({0} - xp.swapaxes({0}, -1, -2))",
         "sym": "0.5 * ({0} + xp.swapaxes({0}, -1, -2))",
-        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none'{extra})",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none'{options})",
         "hadamard": "{0} * {1}",
-        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew'{extra})",
-        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym'{extra})",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew'{options})",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym'{options})",
         "shifted_solve": "_shifted_solve(xp, {0}, {1}, {2}, {3}, {4})",
         "add_eye": "{0} + {coeff} * xp.eye({0}.shape[-1], dtype={0}.dtype)",
         "lower_half": "xp.tril({0}, -1) + 0.5 * ({0} * xp.eye({0}.shape[-1], dtype={0}.dtype))",
@@ -199,9 +207,9 @@ XP = ArrayPrinter(
         "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",
         "skew": "0.5 * ({0} - xp.conj(xp.swapaxes({0}, -1, -2)))",
         "sym": "0.5 * ({0} + xp.conj(xp.swapaxes({0}, -1, -2)))",
-        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none', hermitian=True{extra})",
-        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew', hermitian=True{extra})",
-        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True{extra})",
+        "pairwise_mul": "{fn}_mul(xp, {0}, {1}, part='none', hermitian=True{options})",
+        "pairwise_mul_skew": "{fn}_mul(xp, {0}, {1}, part='skew', hermitian=True{options})",
+        "pairwise_mul_sym": "{fn}_mul(xp, {0}, {1}, part='sym', hermitian=True{options})",
         "diag_sym": "xp.diagonal({0}, axis1=-2, axis2=-1).real.copy()",
         "diag_skew": "1j * xp.diagonal({0}, axis1=-2, axis2=-1).imag",
         "conj": "xp.conj({0})",

@@ -47,6 +47,46 @@ def negligible(xp, denominator, d, rtol=None):
     return xp.abs(denominator) <= rtol * scale
 
 
+def assemble(xp, V, fw):
+    """``V diag(fw) V^H``: a matrix function from its eigenvectors and the function's values."""
+    return xp.matmul(V * fw.astype(V.dtype)[..., None, :], xp.conj(xp.swapaxes(V, -1, -2)))
+
+
+def matrix_part(xp, X, part, hermitian=False):
+    """``X`` itself (``part="none"``), its skew-symmetric (``"skew"``) or symmetric (``"sym"``)
+    part; with ``hermitian``, the anti-Hermitian or Hermitian part of a complex ``X``."""
+    if part == "none":
+        return X
+    Xt = xp.swapaxes(X, -1, -2)
+    Xt = xp.conj(Xt) if hermitian else Xt
+    return 0.5 * (X - Xt) if part == "skew" else 0.5 * (X + Xt)
+
+
+def zero_where_negligible(xp, values, denominator, d, rtol=None):
+    """``values`` with 0 where the pairwise denominator is negligible (:func:`negligible`): a
+    kernel's ``inf * x`` at the pairs a masked pairwise matrix leaves free."""
+    return xp.where(negligible(xp, denominator, d, rtol), 0, values)
+
+
+def quotient(xp, numerator, denominator, diagonal, d):
+    """``numerator / denominator`` off the diagonal, ``diagonal`` on it (no ``inf``/NaN formed), in
+    the dtype of ``d`` (the torch counterpart: :func:`adjointgen.runtime.pairwise.quotient`)."""
+    on_diagonal = xp.eye(d.shape[-1], dtype=bool)
+    denominator = xp.where(on_diagonal, 1, denominator)
+    return xp.where(on_diagonal, diagonal, numerator / denominator).astype(d.dtype)
+
+
+def masked_quotient(xp, numerator, denominator, d, rtol=None, broadened=None):
+    """``numerator / denominator``, and 0 where the denominator is negligible (:func:`negligible`:
+    the diagonal and clusters of equal ``d``); ``broadened``: a callable giving the broadened form,
+    taken instead (see :func:`adjointgen.runtime.pairwise.masked_quotient`)."""
+    same = negligible(xp, denominator, d, rtol)
+    if broadened is not None:
+        return xp.where(same, 0, broadened()).astype(d.dtype)
+    denominator = xp.where(same, 1, denominator)
+    return xp.where(same, 0, numerator / denominator).astype(d.dtype)
+
+
 def reciprocal(xp, s, rtol=None):
     """``1/s``, and 0 where ``|s_i| <= rtol * max |s|`` (zero singular values)."""
     real = numpy.finfo(s.dtype).eps if s.dtype.kind == "f" else numpy.finfo(s.real.dtype).eps
