@@ -166,7 +166,7 @@ def test_a_finished_derivation_is_a_frozen_spec_that_no_stage_writes(name):
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.steps[0].note = "edited"
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.jvp.code = {}
+        spec.jvp.rewritten = {}
 
 
 def test_the_audit_and_the_lowering_read_no_undeclared_field():

@@ -95,7 +95,7 @@ def cmd_audit(args) -> int:
             for rule in (a.derivation.jvp, a.derivation.vjp):
                 if rule is None:
                     continue
-                for out, expr in rule.code.items():
+                for out, expr in rule.rewritten.items():
                     print(f"  {out} = {expr}")
         else:
             f = a.report.first_failure()

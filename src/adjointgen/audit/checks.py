@@ -224,7 +224,7 @@ def _second_order(spec, ctx):
     formula = Uv @ S @ Uv.conj().T
     step = 1e-5
     dU, dD = env[spec.tangents[so.vectors].name], env[spec.tangents[so.values].name]
-    got = spec.vjp.code["g" + so.input]
+    got = spec.vjp.rewritten["g" + so.input]
 
     def vjp_at(sign):
         e = dict(env)

@@ -408,8 +408,8 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
             progress(result, time.perf_counter() - started, len(d.steps))
     return AuditReport(
         d.name, d.path, d.title, len(contexts), tuple(results),
-        jvp={k: str(v) for k, v in (d.jvp.code.items() if d.jvp else [])},
-        vjp={k: str(v) for k, v in (d.vjp.code.items() if d.vjp else [])},
+        jvp={k: str(v) for k, v in (d.jvp.rewritten.items() if d.jvp else [])},
+        vjp={k: str(v) for k, v in (d.vjp.rewritten.items() if d.vjp else [])},
         pairwise={k: f"{v.expr} (i != j), {v.diagonal_value} (i == j)" for k, v in d.pairwise.items()},
     )
 

@@ -163,12 +163,18 @@ def _forward_check(d: "Derivation") -> Check:
 
 @dataclass(frozen=True)
 class Rule:
-    """A derived rule: output name -> expression (``raw``, as derived, and ``code``, rewritten for
-    code), and where each output's expression was derived (``sources``)."""
+    """A derived rule: output name -> SymPy expression, ``raw`` as derived and ``rewritten`` for
+    code generation (factored, projections pushed inward: the same value), and where each output's
+    expression was derived (``sources``)."""
 
     raw: dict[str, sp.MatrixExpr]
-    code: dict[str, sp.MatrixExpr]
+    rewritten: dict[str, sp.MatrixExpr]
     sources: dict[str, Source] = field(default_factory=dict)
+
+    @property
+    def code(self) -> dict[str, sp.MatrixExpr]:
+        """The former name of :attr:`rewritten` (it holds SymPy expressions, not source code)."""
+        return self.rewritten
 
 
 @dataclass(frozen=True)
@@ -1343,7 +1349,7 @@ class Derivation:
         U = Us[0]
         gX = self.cotangents[X.name]
         want = self._norm(U * HadamardProduct(L, U.T * Sym(gX) * U) * U.T)
-        got = self.vjp.code["g" + A.name]
+        got = self.vjp.rewritten["g" + A.name]
         if self._norm(got) != want:
             self._fail(label, f"the VJP {got} is not U ({L.name} ∘ (U^T sym(gX) U)) U^T")
         a, b, c, h = sp.symbols("a b c h", real=True)

@@ -193,12 +193,12 @@ def _page_data(project, a) -> dict:
     for kind, rule in (("JVP", d.jvp), ("VJP", d.vjp)):
         if rule is None:
             continue
-        for out, expr in rule.code.items():
+        for out, expr in rule.rewritten.items():
             rules.append({"kind": kind, "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr), complex_=complex_,
                                                        display="block")})
     for gauge in d.gauges:
         rule = d.gauge_rules.get(gauge.name)
-        for out, expr in (rule.code.items() if rule else ()):
+        for out, expr in (rule.rewritten.items() if rule else ()):
             rules.append({"kind": f"gauge residual ({gauge.label})",
                           "math": mathml((sp.MatrixSymbol(out, *expr.shape), expr), complex_=complex_, display="block")})
     source = Path(d.path).read_text().splitlines()

@@ -512,12 +512,12 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     real_jvp = d.real_jvp or d.jvp  # a complex derivation's rules read on real data
     real_vjp = d.real_vjp or d.vjp
     if d.real_jvp is not None:
-        factor_exprs += [*real_jvp.code.values(), *real_vjp.code.values()]
+        factor_exprs += [*real_jvp.rewritten.values(), *real_vjp.rewritten.values()]
     residuals = _residuals(d)
     for _, _, (raw, code), real in residuals:
         factor_exprs += [code] + ([real[1]] if real is not None else [])
     function_pairwise = {name for name, pdef in d.pairwise.items() if _depends_on_functions(d, pdef)}
-    used_pairwise = sorted({p.name for e in [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
+    used_pairwise = sorted({p.name for e in [*d.jvp.rewritten.values(), *d.vjp.rewritten.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)} - function_pairwise)
     pairwise = tuple(_pairwise_fn(d, p, api, root) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
@@ -571,7 +571,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     output_order = [s for s in d.outputs]
     api_order = d.api_output_order or [api[s.name] for s in output_order]
     outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
-    all_exprs = [*d.jvp.code.values(), *d.vjp.code.values(), *factor_exprs]
+    all_exprs = [*d.jvp.rewritten.values(), *d.vjp.rewritten.values(), *factor_exprs]
     in_solves = {x.name for e in all_exprs for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
     referenced = {x.name for e in all_exprs for x in e.atoms(MatrixSymbol)}
     operator_inputs = [s for s in d.inputs if s.name in in_solves]
@@ -587,7 +587,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         jvp_params[t.name] = Param("d" + api[s.name], t.name, kind(s.name), "tangent")
     ruled = {o.name for o in d.rule_outputs}
     jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted if s.name in ruled}
-    jvp = rule("jvp", real_jvp.code, jvp_params, jvp_out, real_jvp.raw)
+    jvp = rule("jvp", real_jvp.rewritten, jvp_params, jvp_out, real_jvp.raw)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
     for s in input_params:
@@ -600,11 +600,11 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         g = d.cotangents[s.name]
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
-    vjp = rule("vjp", real_vjp.code, vjp_params, vjp_out, real_vjp.raw)
+    vjp = rule("vjp", real_vjp.rewritten, vjp_params, vjp_out, real_vjp.raw)
     jvp_complex = vjp_complex = gauge = checked = None
     if d.real_jvp is not None:
-        jvp_complex = rule("jvp", d.jvp.code, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
-        vjp_complex = rule("vjp", d.vjp.code, vjp_params, vjp_out, d.vjp.raw, True, "_complex")
+        jvp_complex = rule("jvp", d.jvp.rewritten, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
+        vjp_complex = rule("vjp", d.vjp.rewritten, vjp_params, vjp_out, d.vjp.raw, True, "_complex")
     gauge_rules = []
     checked_real = None
     residuals_real, residuals_complex = [], []
@@ -642,10 +642,10 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             residuals_real.append(info)
     if complex_codes:
         # the VJP and the residuals in one function: they share U^T gU, V^T gV
-        checked = rule("vjp", {**d.vjp.code, **complex_codes}, vjp_params, {**vjp_out, **out_complex},
+        checked = rule("vjp", {**d.vjp.rewritten, **complex_codes}, vjp_params, {**vjp_out, **out_complex},
                        {**d.vjp.raw, **complex_raws}, True, "_complex_checked")
     if real_codes:
-        checked_real = rule("vjp", {**real_vjp.code, **real_codes}, vjp_params, {**vjp_out, **out_real},
+        checked_real = rule("vjp", {**real_vjp.rewritten, **real_codes}, vjp_params, {**vjp_out, **out_real},
                             {**real_vjp.raw, **real_raws}, False, "_checked")
     gauge = next((r for r in gauge_rules if r.name == f"{d.name}_gauge"), None)
     vjp_factors = None
@@ -755,7 +755,7 @@ def _residuals(d: OperationSpec):
         if rule_ is None:
             continue
         (name, raw), = rule_.raw.items()
-        code = rule_.code[name]
+        code = rule_.rewritten[name]
         real = None
         if d.structure.complex:
             structure = d.structure.real()
