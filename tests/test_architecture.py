@@ -261,3 +261,27 @@ def test_templates_hold_layout_and_formulas_not_numerical_guards():
     for path in sorted((ROOT / "templates").rglob("op.*.j2")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not guards.search(line), f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+
+
+# ---------------------------------------------------------------------------------- nodes
+def test_the_engines_nodes_carry_their_differential_evaluation_and_lowering():
+    """A node of the engine's own is one section of nodes.py: the core's differential, evaluation
+    and lowering dispatch on SymPy's nodes only, and call the node's rule for the engine's."""
+    import inspect
+
+    from adjointgen.calculus import algebra, evaluate, nodes
+    from adjointgen.codegen import lower
+
+    own = sorted(name for name, cls in vars(nodes).items()
+                 if isinstance(cls, type) and issubclass(cls, nodes.EngineNode) and cls is not nodes.EngineNode)
+    assert {"DiagPart", "Sym", "Skew", "Trace", "ShiftedSolve", "DiagFunction", "LogAbsDet"} <= set(own)
+    cores = {"differential": inspect.getsource(algebra.differential), "evaluate": inspect.getsource(evaluate.evaluate),
+             "lower": inspect.getsource(lower._Builder.lower)}
+    for where, source in cores.items():
+        for name in own:
+            # the dispatch on the expression itself (a product's rule may still look at its factors)
+            assert not re.search(rf"isinstance\((e|expr), [^)]*\b{name}\b", source), f"{where} branches on {name}"
+    # and the rules are there, on the classes
+    for name in ("DiagPart", "Sym", "Skew", "LowerHalf", "StrictlyLower", "Trace", "ScalarIdentity"):
+        cls = getattr(nodes, name)
+        assert {"differential_rule", "evaluate_rule", "lower_rule"} <= set(dir(cls)), name

@@ -25,7 +25,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import (DiagFunction, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, SignDet,
+from .nodes import (DiagFunction, EngineNode, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, SignDet,
                     Skew, StrictlyLower, Structure, Sym, Trace)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
@@ -573,7 +573,8 @@ def free_names(expr) -> set[str]:
 # differential
 # --------------------------------------------------------------------------------------------
 def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
-    """``d(expr)``: product, transpose, inverse and linear-node rules.
+    """``d(expr)``: the product, transpose, inverse and Hadamard rules of SymPy's nodes here; the
+    engine's own nodes (:mod:`adjointgen.calculus.nodes`) carry theirs (``_differential``).
 
     ``tangent(X)`` returns the tangent symbol of ``X`` or ``None`` when ``X`` is constant.
     """
@@ -582,9 +583,8 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
         return ZeroMatrix(*shape)
     if isinstance(expr, PairwiseMatrix):
         raise DerivationError(f"differential of pairwise matrix {expr.name} is not derived")
-    if isinstance(expr, DiagFunction):  # d f(D) = f'(D) dD (diagonal: they commute)
-        dD = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dD, ZeroMatrix) else MatMul(expr.derivative(), dD)
+    if isinstance(expr, EngineNode):  # the engine's own nodes carry their rule (nodes.py)
+        return expr.differential_rule(lambda e: differential(e, tangent))
     if isinstance(expr, MatrixSymbol):
         t = tangent(expr)
         return ZeroMatrix(*shape) if t is None else t
@@ -609,20 +609,6 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
         if isinstance(dm, ZeroMatrix):
             return ZeroMatrix(*shape)
         return MatMul(-1, inv, dm, inv)
-    if isinstance(expr, LINEAR_NODES):
-        return type(expr)(differential(expr.arg, tangent))
-    if isinstance(expr, Trace):
-        dm = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Trace(dm)
-    if isinstance(expr, ScalarIdentity):
-        dg = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dg, ZeroMatrix) else ScalarIdentity(dg, shape[0])
-    if isinstance(expr, LogAbsDet):  # Jacobi's formula: d log|det A| = Re tr(A^-1 dA)
-        dm = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else Sym(Trace(MatMul(Inverse(expr.arg), dm)))
-    if isinstance(expr, SignDet):  # d (det A / |det A|) = i Im tr(A^-1 dA) (det A / |det A|)
-        dm = differential(expr.arg, tangent)
-        return ZeroMatrix(*shape) if isinstance(dm, ZeroMatrix) else MatMul(Skew(Trace(MatMul(Inverse(expr.arg), dm))), expr)
     if isinstance(expr, HadamardProduct):
         terms = []
         for i, a in enumerate(expr.args):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 from sympy import Basic
-from sympy.matrices.expressions import MatrixExpr, MatrixSymbol
+from sympy.matrices.expressions import Identity, Inverse, MatMul, MatrixExpr, MatrixSymbol, ZeroMatrix
 
 __all__ = [
     "DiagFunction",
@@ -39,13 +39,30 @@ __all__ = [
     "Structure",
     "DI",
     "DJ",
+    "EngineNode",
 ]
 
 #: the two scalar arguments of every pairwise formula ``f(d_i, d_j)``
 DI, DJ = sp.symbols("d_i d_j", real=True)
 
 
-class _UnaryMatrixNode(MatrixExpr):
+class EngineNode:
+    """A node of the engine's own (SymPy's nodes, ``MatMul``, ``Transpose``, ..., are the core's):
+    its rules live with its class, one section per node.
+
+    - ``differential_rule(d)``: the node's differential, ``d`` giving a subexpression's;
+    - ``evaluate_rule(ev, arith, size, env)``: its value, ``ev`` evaluating a subexpression with
+      the arithmetic ``arith`` (NumPy or explicit SymPy matrices), ``size`` a dimension's value;
+    - ``lower_rule(b)``: the value-DAG node it becomes (:class:`adjointgen.codegen.lower` builder
+      ``b``: ``b.lower(sub)``, ``b.emit(op, args, kind)``, ``b.kind(name)``, ``b.fail(message)``);
+    - ``_eval_transpose``: its transpose, SymPy's hook.
+
+    A node without a rule raises where it is used (``no differential rule for ...``).  Its
+    expansion into monomials and its transposition for the VJP are the algebra's
+    (:mod:`adjointgen.calculus.algebra`), which treats the projections as one family."""
+
+
+class _UnaryMatrixNode(EngineNode, MatrixExpr):
     """A matrix-valued function of one square matrix with the argument's shape."""
 
     def __new__(cls, arg):
@@ -70,6 +87,11 @@ class _UnaryMatrixNode(MatrixExpr):
     def _latex(self, printer):
         return rf"\operatorname{{{self._label}}}\left({printer._print(self.arg)}\right)"
 
+    # ---- the node's rules (each node class below is one section: its rules live with it)
+    def differential_rule(self, d):
+        """A linear projection: ``d P(X) = P(dX)`` (``d``: the differential of a subexpression)."""
+        return type(self)(d(self.arg))
+
 
 class DiagPart(_UnaryMatrixNode):
     """``I ∘ X``: the diagonal part of ``X`` (off-diagonal entries zeroed)."""
@@ -81,6 +103,20 @@ class DiagPart(_UnaryMatrixNode):
         # conjugate transpose (complex derivations) it conjugates the diagonal
         return DiagPart(self.arg.T)
 
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.diag(ev(self.arg))
+
+    def lower_rule(self, b):
+        if self.shape == (1, 1):  # of a 1×1 value: the value itself
+            return b.lower(self.arg)
+        if isinstance(self.arg, (Sym, Skew)):
+            inner = b.lower(self.arg.arg)
+            if b.kind(inner) == "diag":
+                b.fail(f"diag(sym/skew) of a diagonal should have been simplified: {self}")
+            return b.emit("diag_sym" if isinstance(self.arg, Sym) else "diag_skew", [inner], "diag")
+        inner = b.lower(self.arg)
+        return inner if b.kind(inner) == "diag" else b.emit("diagonal", [inner], "diag")
+
 
 class Sym(_UnaryMatrixNode):
     """``sym(X) = (X + X^T)/2``."""
@@ -90,6 +126,16 @@ class Sym(_UnaryMatrixNode):
     def _eval_transpose(self):
         return self
 
+    def evaluate_rule(self, ev, arith, size, env):
+        x = ev(self.arg)
+        return (x + arith.T(x)) / 2
+
+    def lower_rule(self, b):
+        inner = b.lower(self.arg)
+        if self.shape == (1, 1):  # of a 1×1 value: its real part
+            return b.emit("real_part", [inner], "scalar")
+        return inner if b.kind(inner) == "diag" else b.emit("sym", [inner], "matrix")
+
 
 class Skew(_UnaryMatrixNode):
     """``skew(X) = (X - X^T)/2``."""
@@ -98,6 +144,16 @@ class Skew(_UnaryMatrixNode):
 
     def _eval_transpose(self):
         return -self
+
+    def evaluate_rule(self, ev, arith, size, env):
+        x = ev(self.arg)
+        return (x - arith.T(x)) / 2
+
+    def lower_rule(self, b):
+        inner = b.lower(self.arg)
+        if self.shape == (1, 1):  # of a 1×1 value: i times its imaginary part
+            return b.emit("imaginary_part", [inner], "scalar")
+        return b.emit("skew", [inner], "matrix")
 
 
 class LowerHalf(_UnaryMatrixNode):
@@ -110,6 +166,12 @@ class LowerHalf(_UnaryMatrixNode):
 
     _label = "Φ"
 
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.lower_half(ev(self.arg))
+
+    def lower_rule(self, b):
+        return b.emit("lower_half", [b.lower(self.arg)], "matrix")
+
 
 class StrictlyLower(_UnaryMatrixNode):
     """``tril₋(X)``: the strictly lower triangle of ``X`` (diagonal and upper part zeroed).
@@ -120,8 +182,14 @@ class StrictlyLower(_UnaryMatrixNode):
 
     _label = "tril₋"
 
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.strictly_lower(ev(self.arg))
 
-class DiagFunction(MatrixExpr):
+    def lower_rule(self, b):
+        return b.emit("strictly_lower", [b.lower(self.arg)], "matrix")
+
+
+class DiagFunction(EngineNode, MatrixExpr):
     """``f(D)``: a scalar function applied to the entries of a diagonal matrix ``D``.
 
     Arguments: ``(D, Lambda(x, f(x)))``; ``f`` may be an undefined SymPy function (a derivation
@@ -155,6 +223,16 @@ class DiagFunction(MatrixExpr):
         (x,), body = self.function.variables, self.function.expr
         return DiagFunction(self.arg, sp.Lambda(x, sp.diff(body, x)))
 
+    def differential_rule(self, d):
+        """``d f(D) = f'(D) dD`` (diagonal: they commute)."""
+        dD = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dD, ZeroMatrix) else MatMul(self.derivative(), dD)
+
+    def evaluate_rule(self, ev, arith, size, env):
+        from .evaluate import _concrete
+
+        return arith.diag_function(_concrete(self.function, env), arith.diagonal(ev(self.arg)))
+
     def _eval_transpose(self):
         return self
 
@@ -163,7 +241,7 @@ class DiagFunction(MatrixExpr):
         return f"[{printer._print(body)} at {x} = {printer._print(self.arg)}]"
 
 
-class ShiftedSolve(MatrixExpr):
+class ShiftedSolve(EngineNode, MatrixExpr):
     """``S(X)``: column by column, the solution ``w_i`` of the projected shifted system
 
         ``P (A - d_i B) w_i = P x_i``,  ``U^T B w_i = 0``,  ``P = I - B U U^T``,
@@ -193,13 +271,22 @@ class ShiftedSolve(MatrixExpr):
     def with_arg(self, X):
         return ShiftedSolve(X, *self.operator)
 
+    def evaluate_rule(self, ev, arith, size, env):
+        A, B, U, D = self.operator
+        return arith.shifted_solve(ev(self.arg), ev(A), ev(B), ev(U), arith.diagonal(ev(D)))
+
+    def lower_rule(self, b):
+        A, B, U, D = self.operator
+        b_ = "None" if isinstance(B, Identity) else b.lower(B)
+        return b.emit("shifted_solve", [b.lower(A), b_, b.lower(U), b.lower(D), b.lower(self.arg)], "matrix")
+
     def _sympystr(self, printer):
         A, B, U, D = self.operator
         shift = "d_i" if isinstance(B, sp.Identity) else f"d_i {printer._print(B)}"
         return f"S[{printer._print(A)} - {shift}; {printer._print(U)}]({printer._print(self.arg)})"
 
 
-class _ScalarNode(MatrixExpr):
+class _ScalarNode(EngineNode, MatrixExpr):
     """A ``1×1`` matrix: a scalar output of a derivation (``log|det A|``, a trace)."""
 
     def __new__(cls, arg):
@@ -233,6 +320,17 @@ class Trace(_ScalarNode):
     def _eval_transpose(self):
         return None  # tr(X)^H = tr(X^H): not itself for complex data; the normal form moves it inside
 
+    def differential_rule(self, d):
+        dm = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dm, ZeroMatrix) else Trace(dm)
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.trace(ev(self.arg))
+
+    def lower_rule(self, b):
+        inner = b.lower(self.arg)
+        return b.emit("trace" if b.kind(inner) == "matrix" else "sum", [inner], "scalar")
+
 
 class LogAbsDet(_ScalarNode):
     """``log|det A|`` of a square matrix, as a ``1×1`` matrix.  Its differential is Jacobi's
@@ -241,6 +339,14 @@ class LogAbsDet(_ScalarNode):
     differences like any other step."""
 
     _label = "log|det|"
+
+    def differential_rule(self, d):
+        """Jacobi's formula: ``d log|det A| = Re tr(A^-1 dA)``."""
+        dm = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dm, ZeroMatrix) else Sym(Trace(MatMul(Inverse(self.arg), dm)))
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.logabsdet(ev(self.arg))
 
 
 class SignDet(_ScalarNode):
@@ -253,8 +359,16 @@ class SignDet(_ScalarNode):
     def _eval_transpose(self):
         return None  # the conjugate of a phase: not itself in a complex derivation
 
+    def differential_rule(self, d):
+        """``d (det A / |det A|) = i Im tr(A^-1 dA) (det A / |det A|)``."""
+        dm = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dm, ZeroMatrix) else MatMul(Skew(Trace(MatMul(Inverse(self.arg), dm))), self)
 
-class ScalarIdentity(MatrixExpr):
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.signdet(ev(self.arg))
+
+
+class ScalarIdentity(EngineNode, MatrixExpr):
     """``g I``: a ``1×1`` matrix ``g`` times the ``n×n`` identity.  Arguments ``(g, n)``.  Diagonal,
     symmetric, commutes with every factor; generated code multiplies by the scalar (no identity
     matrix is formed).  The adjoint of :class:`Trace`: ``<G, g I> = <tr(G), g>``."""
@@ -275,6 +389,16 @@ class ScalarIdentity(MatrixExpr):
 
     def _sympystr(self, printer):
         return f"{printer._print(self.arg)} I"
+
+    def differential_rule(self, d):
+        dg = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dg, ZeroMatrix) else ScalarIdentity(dg, self.shape[0])
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.scalar(ev(self.arg), size(self.shape[0]))
+
+    def lower_rule(self, b):
+        b.fail(f"a multiple of the identity alone has no shape to take: {self}")
 
 
 class SameCluster(sp.Function):

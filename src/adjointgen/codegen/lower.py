@@ -24,8 +24,7 @@ from sympy.matrices.expressions import (
 from sympy.printing.str import StrPrinter
 
 from ..calculus.spec import OperationSpec, Source, as_spec
-from ..calculus.nodes import (DI, DJ, DiagPart, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew, StrictlyLower,
-                              Sym, Trace)
+from ..calculus.nodes import DI, DJ, EngineNode, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew, Sym
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
                  ResidualIR, RuleIR, Value)
 
@@ -103,9 +102,15 @@ class _Builder:
         raise KeyError(name)
 
     # -------------------------------------------------------------- expression -> value name
+    def fail(self, message: str):
+        """Stop the lowering (for the nodes' own ``_lower`` rules)."""
+        raise LoweringError(message)
+
     def lower(self, e) -> str:
         if isinstance(e, PairwiseMatrix):
             raise LoweringError(f"pairwise matrix {e.name} must appear inside a Hadamard product")
+        if isinstance(e, EngineNode):  # the engine's own nodes carry their rule (nodes.py)
+            return e.lower_rule(self)
         if isinstance(e, MatrixSymbol):
             if e.name not in self.params:
                 raise LoweringError(f"symbol {e.name} is not a parameter of the rule")
@@ -172,11 +177,6 @@ class _Builder:
             if isinstance(x, Sym):
                 return self.emit("pairwise_mul_sym", [vec, self.lower(x.arg)], "matrix", attrs)
             return self.emit("pairwise_mul", [vec, self.lower(x)], "matrix", attrs)
-        if isinstance(e, Trace):
-            inner = self.lower(e.arg)
-            return self.emit("trace" if self.kind(inner) == "matrix" else "sum", [inner], "scalar")
-        if isinstance(e, ScalarIdentity):
-            raise LoweringError(f"a multiple of the identity alone has no shape to take: {e}")
         if isinstance(e, Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
             base = e.args[0]
             sym = base.arg if isinstance(base, Transpose) else base
@@ -196,32 +196,6 @@ class _Builder:
             return self.emit("inverse", [inner], "matrix", [("structure", self.triangle(e.args[0]))])
         if isinstance(e, sp.MatPow) and e.args[1].is_Integer and e.args[1] > 0:
             return self.chain([e.args[0]] * int(e.args[1]))
-        if isinstance(e, ShiftedSolve):
-            A, B, U, D = e.operator
-            b = "None" if isinstance(B, Identity) else self.lower(B)
-            return self.emit("shifted_solve", [self.lower(A), b, self.lower(U), self.lower(D), self.lower(e.arg)], "matrix")
-        if isinstance(e, (Sym, Skew, DiagPart)) and e.shape == (1, 1):  # of a 1×1 value: its real / imaginary part
-            inner = self.lower(e.arg)
-            if isinstance(e, DiagPart):
-                return inner
-            return self.emit("real_part" if isinstance(e, Sym) else "imaginary_part", [inner], "scalar")
-        if isinstance(e, DiagPart) and isinstance(e.arg, (Sym, Skew)):
-            inner = self.lower(e.arg.arg)
-            if self.kind(inner) == "diag":
-                raise LoweringError(f"diag(sym/skew) of a diagonal should have been simplified: {e}")
-            return self.emit("diag_sym" if isinstance(e.arg, Sym) else "diag_skew", [inner], "diag")
-        if isinstance(e, DiagPart):
-            inner = self.lower(e.arg)
-            return inner if self.kind(inner) == "diag" else self.emit("diagonal", [inner], "diag")
-        if isinstance(e, LowerHalf):
-            return self.emit("lower_half", [self.lower(e.arg)], "matrix")
-        if isinstance(e, StrictlyLower):
-            return self.emit("strictly_lower", [self.lower(e.arg)], "matrix")
-        if isinstance(e, Skew):
-            return self.emit("skew", [self.lower(e.arg)], "matrix")
-        if isinstance(e, Sym):
-            inner = self.lower(e.arg)
-            return inner if self.kind(inner) == "diag" else self.emit("sym", [inner], "matrix")
         raise LoweringError(f"cannot lower {type(e).__name__}: {e}")
 
     def lower_sum(self, e) -> str:
