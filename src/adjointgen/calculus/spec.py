@@ -38,13 +38,16 @@ class Source:
     #: ``(file, line)`` in the helper module that recorded the step, if a helper did
     helper: tuple[str, int] | None = None
 
-    def comment(self, root: str | None = None) -> str:
-        """``derivations/eigh.py:69 (step 17: solve for dD) in derivations/_eigenspaces.py:75``,
-        paths relative to ``root``."""
+    def comment(self, root=None) -> str:
+        """``derivations/eigh.py:69 (step 17: solve for dD) in derivations/_eigenspaces.py:75``:
+        paths relative to ``root`` (a folder), or as ``root(path)`` names them (a callable: the
+        project's labels, so that the installed catalogue names its files as the checkout does)."""
         import os
 
         def rel(p):
-            return os.path.relpath(p, root) if root else p
+            if callable(root):
+                return root(p)
+            return os.path.relpath(p, root).replace(os.sep, "/") if root else p
 
         where = f"{rel(self.path)}:{self.line}" if self.line else rel(self.path)
         label = self.label.split(": ")[0] if len(self.label) > 60 else self.label  # not the formula again

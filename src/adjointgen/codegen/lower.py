@@ -8,6 +8,7 @@ when ``U`` is tall.
 from __future__ import annotations
 
 import os
+import posixpath
 
 import sympy as sp
 from sympy.matrices.expressions import (
@@ -411,7 +412,7 @@ def _size(dim) -> int:
     return int(dim.xreplace({s: REPRESENTATIVE_SIZES.get(s.name, 100) for s in dim.free_symbols}))
 
 
-def _pairwise_fn(d: OperationSpec, name: str, api: dict[str, str], root: str | None = None) -> PairwiseFn:
+def _pairwise_fn(d: OperationSpec, name: str, api: dict[str, str], root=None) -> PairwiseFn:
     pdef = d.pairwise[name]
     where = Source(d.path, d.pairwise_lines.get(name), None, "").comment(root)
     expr = sp.simplify(pdef.expr)
@@ -468,6 +469,11 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     d = as_spec(d)
     if d.jvp is None or d.vjp is None:
         raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
+
+    def name_of(path):  # as the headers name the derivation file (and its helpers, beside it)
+        if label and os.path.dirname(os.path.abspath(path)) == os.path.dirname(d.path):
+            return posixpath.join(posixpath.dirname(label), os.path.basename(path))
+        return os.path.relpath(path, root).replace(os.sep, "/")
     api = dict(d.api_names)
     for s in d.inputs:
         api.setdefault(s.name, s.name)
@@ -493,7 +499,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     function_pairwise = {name for name, pdef in d.pairwise.items() if _depends_on_functions(d, pdef)}
     used_pairwise = sorted({p.name for e in [*d.jvp.rewritten.values(), *d.vjp.rewritten.values(), *factor_exprs]
                             for p in e.atoms(PairwiseMatrix)} - function_pairwise)
-    pairwise = tuple(_pairwise_fn(d, p, api, root) for p in used_pairwise)
+    pairwise = tuple(_pairwise_fn(d, p, api, name_of) for p in used_pairwise)
     pw_names = {p.symbol: p.name for p in pairwise}
     vector_of = {p.symbol: p.vector for p in pairwise}
     pw_fns = {p.symbol: p for p in pairwise}
@@ -538,7 +544,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             expressions=tuple((out_names[k], formulas[k]) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),
             complex=complex_,
-            sources=tuple((out_names[k], derived_at[k].comment(root)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))
+            sources=tuple((out_names[k], derived_at[k].comment(name_of)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))
                           if k in derived_at),
         )
 
