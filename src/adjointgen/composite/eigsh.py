@@ -294,41 +294,9 @@ def _adjoint_factors(jvp, primals, w, V, gw, gV, n_tangents):
 
 
 def _input_gradient(X, op, params, L, R, needed):
-    """The gradient ``sym(L R^T)`` (complex: ``sym(L R^H)``, Hermitian) in the input's own form
-    (dense, sparse pattern, or the operator's parameters by one extra matvec)."""
-    if L.is_complex() or R.is_complex():
-        return _input_gradient_complex(X, op, params, L, R, needed)
-    if op is not None:
-        wanted = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
-        if not wanted:
-            return None, (None,) * len(params)
-        with torch.enable_grad():
-            detached = [p.detach().requires_grad_() if isinstance(p, torch.Tensor) else p for p in params]
-            # <sym(L R^T), dA> = (sum_r L_r^T dA R_r + R_r^T dA L_r) / 2: two matvecs, so that the
-            # parameters get the gradient of the symmetric cotangent whatever their role
-            total = 0.5 * ((L.detach() * op._matvec(R.detach(), *detached)).sum()
-                           + (R.detach() * op._matvec(L.detach(), *detached)).sum())
-            tensors = [p for p in detached if isinstance(p, torch.Tensor) and p.requires_grad]
-            grads = iter(torch.autograd.grad(total, tensors, allow_unused=True))
-        return None, tuple(next(grads) if isinstance(p, torch.Tensor) and p.requires_grad else None for p in params)
-    if X is None or not needed:
-        return None, ()
-    if _dense(X):
-        return 0.5 * (L @ R.mT + R @ L.mT), ()
-    half = sparse_lowrank_pattern_grad(X, 0.5 * L, R)
-    other = sparse_lowrank_pattern_grad(X, 0.5 * R, L)
-    if X.layout == torch.sparse_csr:
-        values = half.values() + other.values()
-        return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), values, X.shape,
-                                       check_invariants=False), ()
-    # _indices/_values: the user's COO tensor may be uncoalesced (the gradient keeps its entries)
-    return torch.sparse_coo_tensor(half._indices(), half._values() + other._values(), X.shape,
-                                   is_coalesced=X.is_coalesced(), check_invariants=False), ()
-
-
-def _input_gradient_complex(X, op, params, L, R, needed):
-    """:func:`_input_gradient` for complex data: ``gA = (L R^H + R L^H) / 2``, the real pairing
-    ``<gA, dA> = Re tr(gA^H dA)``."""
+    """The gradient ``sym(L R^H) = (L R^H + R L^H) / 2`` (Hermitian; ``sym(L R^T)`` for real data,
+    where the conjugates are no-ops) in the input's own form (dense, sparse pattern, or the
+    operator's parameters by one extra matvec), for the real pairing ``<gA, dA> = Re tr(gA^H dA)``."""
     if op is not None:
         wanted = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
         if not wanted:
@@ -351,6 +319,7 @@ def _input_gradient_complex(X, op, params, L, R, needed):
         values = half.values() + other.values()
         return torch.sparse_csr_tensor(X.crow_indices(), X.col_indices(), values, X.shape,
                                        check_invariants=False), ()
+    # _indices/_values: the user's COO tensor may be uncoalesced (the gradient keeps its entries)
     return torch.sparse_coo_tensor(half._indices(), half._values() + other._values(), X.shape,
                                    is_coalesced=X.is_coalesced(), check_invariants=False), ()
 

@@ -28,6 +28,7 @@ from ..runtime import gauge as _gauge
 from ..runtime.eigsolvers import partial_eigh
 from ..runtime.linear_operator import LinearOperator
 from ..runtime.solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
+from .eigsh import _Cut
 
 #: tall matrices with at most this many columns form the Gram matrix A^T A in the forward
 GRAM_MAX_N = 4000
@@ -152,20 +153,6 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
     gram = ctx.gram if ctx.gram is not None and ctx.gram.shape == (A.shape[-1],) * 2 else None
     with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
         return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
-
-
-class _Cut:
-    """The indices of the kept pairs of a cluster that ``k`` cuts (an opaque output: a tuple would be
-    flattened by the transforms)."""
-
-    __slots__ = ("split",)
-
-    def __init__(self, split):
-        self.split = split
-
-    @classmethod
-    def merge(cls, cuts):
-        return cls(tuple(sorted(set().union(*(c.split for c in cuts)))))
 
 
 def _left_vectors(A, V, S):
