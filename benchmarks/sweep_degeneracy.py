@@ -17,8 +17,16 @@ directional derivatives match Richardson-extrapolated central differences of the
 (relative to the gradient's size), under ``torch.autograd.grad``, ``torch.func.grad``,
 ``vmap(grad)`` and ``jacrev``.
 
-    python benchmarks/sweep_degeneracy.py            # 3 seeds
-    python benchmarks/sweep_degeneracy.py --quick    # 1 seed, two transforms
+Forward mode (``jvp``, ``jacfwd``) and second derivatives (``hvp``: the gradient of ``<grad, d>``,
+reverse over reverse; ``jvp(grad)``: forward over reverse) are swept too.  Inside the tolerance
+they may raise for an invariant loss (counted as ``raised``: forward mode cannot see the loss, and
+a second derivative needs the cluster's block, which the cotangents do not always carry), but
+they must never return a wrong number: a value returned must match Richardson differences (of the
+loss; for second derivatives, of the exact first-order gradient) to 1e-7 (1e-6 for second
+derivatives).
+
+    python benchmarks/sweep_degeneracy.py            # 3 seeds, every transform
+    python benchmarks/sweep_degeneracy.py --quick    # 1 seed, four transforms
 
 Prints one row per solver and loss kind; returns the pass rate for ``benchmarks/run_all.py``.
 """
@@ -181,6 +189,37 @@ def _grads(mode, f, inputs):
     raise ValueError(mode)
 
 
+#: transforms that may raise for an invariant loss at a cluster (never return a wrong value)
+FORWARD = ("jvp", "jacfwd")
+SECOND = ("hvp", "jvp(grad)")
+
+
+def _forward_derivative(mode, f, inputs, dirs):
+    """The directional derivative of ``f`` along ``dirs`` in forward mode."""
+    if mode == "jvp":
+        return float(torch.func.jvp(f, tuple(inputs), tuple(dirs))[1])
+    J = torch.func.jacfwd(f, argnums=tuple(range(len(inputs))))(*inputs)
+    return sum(_inner(j, d) for j, d in zip(J, dirs))
+
+
+def _second_derivative(mode, f, inputs, dirs, dirs2):
+    """``<H dirs, dirs2>`` of ``f``: reverse over reverse, or forward over reverse."""
+    argnums = tuple(range(len(inputs)))
+    if mode == "hvp":
+        xs = [x.detach().clone().requires_grad_() for x in inputs]
+        gs = torch.autograd.grad(f(*xs), xs, create_graph=True)
+        inner = sum((g * d.conj()).sum().real if g.is_complex() else (g * d).sum() for g, d in zip(gs, dirs))
+        hs = torch.autograd.grad(inner, xs)
+    else:
+        hs = torch.func.jvp(torch.func.grad(f, argnums=argnums), tuple(inputs), tuple(dirs))[1]
+    return sum(_inner(h, d) for h, d in zip(hs, dirs2))
+
+
+def _first_gradient(f, xs):
+    ys = [x.detach().clone().requires_grad_() for x in xs]
+    return torch.autograd.grad(f(*ys), ys)
+
+
 def _inner(g, d):
     if g.layout != torch.strided:
         g = g.to_dense()
@@ -203,24 +242,35 @@ def run(seeds=(0, 1, 2), modes=("autograd", "func.grad", "vmap(grad)", "jacrev")
                         sparse = any(x.layout != torch.strided for x in inputs)
                         for mode in modes:
                             if sparse and mode != "autograd":
-                                continue  # transforms of sparse inputs: not supported by torch
-                            if mode == "jacrev" and dtype.is_complex:
-                                continue  # torch's jacrev takes real inputs only
+                                continue  # transforms of sparse inputs: not in torch (second derivatives
+                                #           through the iterative solve: a clear error, not swept)
+                            if mode in ("jacrev", "jacfwd") and dtype.is_complex:
+                                continue  # torch's jacrev/jacfwd take real inputs only
+                            if mode in SECOND and not invariant and gap > INSIDE:
+                                continue  # second derivatives ~1/gap^2: beyond the differences' reach
                             total += 1
                             key = (kind, "inside" if gap <= INSIDE else "outside")
                             ok, why = _verdict(f, inputs, mode, invariant, gap, seed)
+                            raised = ok == "raised"
+                            ok = bool(ok)
                             passed += ok
-                            counts.setdefault(key, [0, 0])
+                            counts.setdefault(key, [0, 0, 0])
                             counts[key][0] += ok
-                            counts[key][1] += 1
+                            counts[key][1] += raised
+                            counts[key][2] += 1
                             if not ok:
                                 failures.append(f"{name} {dtype} seed {seed} gap {gap:g} {kind} {mode}: {why}")
-            for (kind, where), (good, n) in sorted(counts.items()):
-                rows.append((name, "complex" if dtype.is_complex else "real", kind, where, f"{good}/{n}"))
+            for (kind, where), (good, raised, n) in sorted(counts.items()):
+                rows.append((name, "complex" if dtype.is_complex else "real", kind, where, f"{good}/{n}",
+                             str(raised) if raised else ""))
     return rows, failures, passed, total
 
 
 def _verdict(f, inputs, mode, invariant, gap, seed):
+    """``True`` (right), ``"raised"`` (a clear error where one is allowed: truthy) or ``False``,
+    with the reason."""
+    if mode in FORWARD + SECOND:
+        return _verdict_beyond(f, inputs, mode, invariant, gap, seed)
     expect_raise = (not invariant) and gap <= INSIDE
     try:
         grads = _grads(mode, f, inputs)
@@ -247,16 +297,50 @@ def _verdict(f, inputs, mode, invariant, gap, seed):
     return True, ""
 
 
+def _verdict_beyond(f, inputs, mode, invariant, gap, seed):
+    """Forward mode and second derivatives: inside the tolerance a clear error is allowed for any
+    loss (and required for a basis-dependent one); a value returned must be right."""
+    inside = gap <= INSIDE
+    dirs = _directions(inputs, seed)
+    try:
+        if mode in FORWARD:
+            got = _forward_derivative(mode, f, inputs, dirs)
+        else:
+            dirs2 = _directions(inputs, seed + 1)
+            got = _second_derivative(mode, f, inputs, dirs, dirs2)
+    except adjointgen.GaugeDependentLossError as exc:
+        return ("raised", "") if inside else (False, f"raised {type(exc).__name__}: {str(exc)[:80]}")
+    except Exception as exc:  # noqa: BLE001
+        return False, f"{type(exc).__name__}: {str(exc)[:120]}"
+    if inside and not invariant:
+        return False, "a basis-dependent loss returned a derivative"
+    if mode in FORWARD:
+        h = 1e-3 if invariant else 1e-2 * gap
+        want = richardson(f, inputs, dirs, h)
+        tol = 1e-7 if invariant else 1e-5
+    else:
+        def along(*xs):  # <grad f(xs), dirs2>, exact at first order for an invariant loss
+            return sum(_inner(g, d) for g, d in zip(_first_gradient(f, xs), dirs2))
+
+        want = richardson(along, inputs, dirs, 1e-3)
+        tol = 1e-6
+    scale = max(abs(want), abs(got), 1.0)
+    if not torch.isfinite(torch.tensor(got)):
+        return False, f"non-finite derivative {got}"
+    if abs(got - want) > tol * scale:
+        return False, f"{mode} {got:.10g}, Richardson {want:.10g}"
+    return True, ""
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
     start = time.perf_counter()
-    seeds, modes = ((0,), ("autograd", "vmap(grad)")) if args.quick else ((0, 1, 2),
-                                                                            ("autograd", "func.grad", "vmap(grad)",
-                                                                             "jacrev"))
+    seeds, modes = ((0,), ("autograd", "vmap(grad)", "jvp", "hvp")) if args.quick else \
+        ((0, 1, 2), ("autograd", "func.grad", "vmap(grad)", "jacrev", "jvp", "jacfwd", "hvp", "jvp(grad)"))
     rows, failures, passed, total = run(seeds, modes)
-    print(table(rows, ["solver", "field", "loss", "gap vs tolerance", "passed"]))
+    print(table(rows, ["solver", "field", "loss", "gap vs tolerance", "passed", "of which raised"]))
     print(f"\n{passed}/{total} passed in {time.perf_counter() - start:.0f} s")
     if failures:
         print("\nfailures:\n  " + "\n  ".join(failures[:40]))

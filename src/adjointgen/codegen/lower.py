@@ -50,8 +50,11 @@ class _Inverse:
 class _Builder:
     def __init__(self, params: dict[str, Param], pairwise_names: dict[str, str], vector_of: dict[str, str],
                  structure=None, factorized: dict | None = None, pairwise_fns: dict | None = None,
-                 output_vectors: set | None = None):
+                 output_vectors: set | None = None, tangent_of: str | None = None):
         self.params = params  # symbol name -> Param
+        #: a JVP rule's operation name: its masked quotients check that the tangent does not split a
+        #: cluster (:func:`adjointgen.runtime.degeneracy.check_tangent`); None for other rules
+        self.tangent_of = tangent_of
         self.pairwise_names = pairwise_names  # pairwise symbol -> function name
         self.vector_of = vector_of  # pairwise symbol -> param name of its diagonal vector
         self.structure = structure  # the derivation's declared structure (triangular factors)
@@ -166,6 +169,8 @@ class _Builder:
                 if pf.masked:
                     self.broadening_used = True
                     options.append(("broadening", "broadening"))
+                    if self.tangent_of is not None:
+                        options.append(("tangent", repr(self.tangent_of)))
             attrs = [("fn", fn), ("options", tuple(options))]
             if isinstance(x, MatAdd):  # F ∘ (Σ c_i skew(X_i)) = F ∘ skew(Σ c_i X_i): one projection
                 terms = [a.as_coeff_matrices() if isinstance(a, MatMul) else (sp.Integer(1), [a]) for a in x.args]
@@ -516,7 +521,8 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
                      if p.name not in function_pairwise}
             params = {k: v for k, v in params.items() if v.role != "primal" or k in read}
         b = _Builder(params, pw_names, vector_of, d.structure, factorized, pw_fns,
-                     {api[o.name] for o in d.outputs if o.name in d.structure.diagonal})
+                     {api[o.name] for o in d.outputs if o.name in d.structure.diagonal},
+                     d.name if kind_ == "jvp" else None)
         rename = {sym: (f"diag({p.name})" if p.kind == "diag" else p.name) for sym, p in params.items()}
         outs = []
         for key in sorted(exprs, key=lambda k: list(out_names).index(k)):

@@ -16,6 +16,9 @@ backward then
   gradient at a degeneracy needs the divided differences of ``f``, which the eigendecomposition's
   cotangents do not carry: use :func:`adjointgen.torch.funm` (exact there) instead.
 
+Forward mode cannot see the loss that follows; its masked quotients raise instead
+(:func:`check_tangent`) when the direction splits a cluster, whose block the tangents cannot carry.
+
 Two eigenvalues are in one cluster when ``|d_i - d_j| <= rtol * max_k |d_k|`` (per matrix), with
 ``rtol`` from :func:`set_rtol` / :func:`tolerance` or the public functions' ``cluster_rtol``
 argument; the default is ``sqrt(eps)`` of the dtype (1.5e-8 in float64, 3.5e-4 in float32): gaps
@@ -30,7 +33,7 @@ import math
 
 import torch
 
-__all__ = ["check", "cluster_mask", "default_rtol", "negligible", "pairs_apart", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
+__all__ = ["check", "check_tangent", "cluster_mask", "default_rtol", "negligible", "pairs_apart", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
 
 _RTOL: float | None = None
 #: whether :func:`pairs_apart` may report separated values (off inside :func:`formed_products`)
@@ -265,6 +268,64 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
             "adjointgen.runtime.gauge.set_enabled(False)")
+
+
+# ------------------------------------------------------------------ forward mode at clusters
+def tangent_split_error(op: str, members, where: str = ""):
+    """The error of a forward-mode derivative whose direction splits a cluster."""
+    from .gauge import DegenerateSubspaceError
+
+    return DegenerateSubspaceError(
+        f"{op}: a forward-mode derivative (jvp, jacfwd, hessian, jvp of a gradient) at a cluster of equal values "
+        f"({where}indices {list(members)} are equal within the cluster tolerance) along a direction that splits it: "
+        f"the direction's block on the cluster (V^H dA V, for the SVD the symmetric part of U^H dA V) is not a "
+        f"multiple of the identity, so the values' tangents and the basis inside the cluster are not defined. A "
+        f"tangent cannot carry what a loss invariant under the cluster's rotations needs (its block), and forward "
+        f"mode cannot see which loss follows. Use reverse mode (torch.autograd.grad, torch.func.grad, jacrev), "
+        f"which checks the loss, adjointgen.torch.funm for a matrix function, or broadening= for a biased finite "
+        f"surrogate; set the tolerance with cluster_rtol=")
+
+
+def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.Tensor, rtol=None) -> None:
+    """Raise :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` when a JVP's projected
+    tangent ``X`` (the operand of a masked pairwise quotient: ``V^H dA V``) splits a cluster.
+
+    Inside a cluster of equal values ``d`` the masked quotient drops ``X``'s block, which is right
+    only when that block is a multiple of the identity: then the cluster moves as a whole and every
+    loss invariant under its rotations gets the exact tangent.  Otherwise the values' tangents are the
+    eigenvalues of the block (not its diagonal) and the basis rotates to its eigenvectors; what a
+    loss downstream needs depends on the loss, which forward mode cannot see, so the tangent would
+    be silently wrong for some (``Φ(V f(w) V^H)``).  Off with the other checks
+    (:func:`adjointgen.runtime.gauge.set_enabled`)."""
+    from .checks import physical
+    from .gauge import enabled
+
+    if not enabled() or d.shape[-1] < 2 or X.numel() == 0:
+        return
+    same = negligible(denominator, d, rtol)
+    plain = physical(X, same)
+    if plain is None:  # a compiler traces the values
+        return
+    X, same = plain
+    with torch.no_grad():
+        n = X.shape[-1]
+        off = same & ~torch.eye(n, dtype=torch.bool, device=same.device)
+        if not bool(off.any()):
+            return
+        real = X.real.dtype if X.is_complex() else X.dtype
+        eps, tiny = torch.finfo(real).eps, torch.finfo(real).tiny
+        X = X.detach()
+        level = X.abs().amax((-2, -1), keepdim=True)
+        diag = X.diagonal(dim1=-2, dim2=-1)
+        spread = (diag.unsqueeze(-1) - diag.unsqueeze(-2)).abs()
+        bad = off & ((X.abs() > math.sqrt(eps) * level + tiny) | (spread > math.sqrt(eps) * level + tiny))
+        if not bool(bad.any()):
+            return
+        flat_bad = bad.reshape(-1, n, n)
+        flat_same = off.expand_as(bad).reshape(-1, n, n)
+        b = int(flat_bad.any(-1).any(-1).nonzero()[0])
+        members = next(c for c in _clusters_of(flat_same[b].cpu()) if bool(flat_bad[b][c][:, c].any()))
+        raise tangent_split_error(op, members, f"batch index {b}, " if bad.dim() > 2 and bad.shape[:-2].numel() > 1 else "")
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters

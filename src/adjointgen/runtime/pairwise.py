@@ -10,6 +10,8 @@ also in second derivatives, is decided here:
   values, where the gauge leaves those entries free); the denominator is set to ``inf`` there
   before dividing, so no gradient reaches the replaced entries; with a broadening the biased,
   finite surrogate is taken instead;
+- :func:`check_tangent` (from :mod:`~adjointgen.runtime.degeneracy`): a JVP's masked quotient
+  raises when its tangent splits a cluster, whose block the mask would drop;
 - :func:`divided_by_gaps`: ``X / (v_i - v_j)`` (zero diagonal) or ``X / (v_i + v_j)`` in one
   division, when no pair is close (:func:`adjointgen.runtime.degeneracy.pairs_apart`), so ``F`` is
   never formed.
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from .degeneracy import negligible
+from .degeneracy import check_tangent, negligible
 
-__all__ = ["divided_by_gaps", "masked_quotient", "operands", "quotient"]
+__all__ = ["check_tangent", "divided_by_gaps", "masked_quotient", "operands", "quotient"]
 
 
 def operands(d: torch.Tensor):

@@ -68,6 +68,41 @@ def zero_where_negligible(xp, values, denominator, d, rtol=None):
     return xp.where(negligible(xp, denominator, d, rtol), 0, values)
 
 
+def check_tangent(xp, op, X, denominator, d, rtol=None):
+    """Raise when a JVP's projected tangent ``X`` splits a cluster of equal ``d`` (its block there is
+    not a multiple of the identity): the NumPy/CuPy counterpart of
+    :func:`adjointgen.runtime.degeneracy.check_tangent`, which says why.  On the device; the host
+    reads one flag (and the matrix, to name the cluster, only when it raises)."""
+    from .gauge import enabled
+
+    if not enabled() or d.shape[-1] < 2 or X.size == 0:
+        return
+    n = X.shape[-1]
+    off = negligible(xp, denominator, d, rtol) & ~xp.eye(n, dtype=bool)
+    if not bool(off.any()):
+        return
+    real = X.real.dtype if X.dtype.kind == "c" else X.dtype
+    eps, tiny = numpy.finfo(real).eps, numpy.finfo(real).tiny
+    level = xp.abs(X).max(axis=(-2, -1), keepdims=True)
+    diag = xp.diagonal(X, 0, -2, -1)
+    spread = xp.abs(diag[..., :, None] - diag[..., None, :])
+    tol = numpy.sqrt(eps) * level + tiny
+    bad = off & ((xp.abs(X) > tol) | (spread > tol))
+    if not bool(bad.any()):
+        return
+    import torch
+
+    from .degeneracy import _clusters_of, tangent_split_error
+
+    to_host = cupy.asnumpy if is_cupy(xp) else numpy.asarray
+    flat_bad = to_host(bad).reshape(-1, n, n)
+    flat_off = numpy.broadcast_to(to_host(off), bad.shape).reshape(-1, n, n)
+    b = int(numpy.flatnonzero(flat_bad.any(axis=(-2, -1)))[0])
+    members = next(c for c in _clusters_of(torch.tensor(flat_off[b]))
+                   if flat_bad[b][numpy.ix_(c, c)].any())
+    raise tangent_split_error(op, members, f"batch index {b}, " if flat_bad.shape[0] > 1 else "")
+
+
 def quotient(xp, numerator, denominator, diagonal, d):
     """``numerator / denominator`` off the diagonal, ``diagonal`` on it (no ``inf``/NaN formed), in
     the dtype of ``d`` (the torch counterpart: :func:`adjointgen.runtime.pairwise.quotient`)."""
