@@ -263,3 +263,22 @@ def test_forward_mode_along_a_direction_that_keeps_a_cluster_whole_is_exact():
             _, h = torch.func.jvp(torch.func.grad(f), (A,), (E,))
             along = lambda a, f=f: (grad(f, a) * P).sum()  # noqa: E731
             torch.testing.assert_close((h * P).sum(), _richardson(along, A, E), rtol=1e-7, atol=1e-8, msg=name)
+
+
+def test_second_derivatives_at_a_cluster_exact_for_symmetric_functions_and_named_otherwise():
+    A, G = _cluster_problem()
+    E = torch.randn(4, 4, dtype=f64, generator=torch.Generator().manual_seed(8))
+    E = E + E.mT
+    P = torch.randn(4, 4, dtype=f64, generator=torch.Generator().manual_seed(9))
+
+    def hvp(f):
+        a = A.clone().requires_grad_()
+        (g,) = torch.autograd.grad(f(a), a, create_graph=True)
+        return (torch.autograd.grad((g * E).sum(), a)[0] * P).sum()
+
+    squares = lambda a: agt.eigh(a)[0].square().sum()  # noqa: E731
+    along = lambda a: (grad(squares, a) * P).sum()  # noqa: E731
+    torch.testing.assert_close(hvp(squares), _richardson(along, A, E), rtol=1e-8, atol=1e-9)
+    projector = lambda a: (((lambda V: V[:, :2] @ V[:, :2].mT)(agt.eigh(a)[1])) * G).sum()  # noqa: E731
+    with pytest.raises(DegenerateSubspaceError, match="In a second derivative"):
+        hvp(projector)

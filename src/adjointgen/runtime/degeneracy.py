@@ -33,7 +33,18 @@ import math
 
 import torch
 
-__all__ = ["check", "check_tangent", "cluster_mask", "default_rtol", "negligible", "pairs_apart", "reciprocal", "set_rtol", "tolerance", "zero_mask"]
+__all__ = [
+    "check",
+    "check_tangent",
+    "cluster_mask",
+    "default_rtol",
+    "negligible",
+    "pairs_apart",
+    "reciprocal",
+    "set_rtol",
+    "tolerance",
+    "zero_mask",
+]
 
 _RTOL: float | None = None
 #: whether :func:`pairs_apart` may report separated values (off inside :func:`formed_products`)
@@ -263,7 +274,9 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             reason = (f"the loss depends on the individual {what} of a cluster ({where}{what} {members} are equal "
                       f"within the cluster tolerance), which are not differentiable there; only symmetric "
                       f"functions of a cluster (their sum, the projector onto it) are.  A matrix function written "
-                      f"as V diag(f(w)) V^T needs the divided differences of f: use adjointgen.torch.funm")
+                      f"as V diag(f(w)) V^T needs the divided differences of f: use adjointgen.torch.funm.  In a "
+                      f"second derivative the loss is the first derivative, which depends on a cluster this way "
+                      f"for every loss but symmetric functions of its values")
         raise DegenerateSubspaceError(
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
@@ -325,7 +338,8 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
         flat_same = off.expand_as(bad).reshape(-1, n, n)
         b = int(flat_bad.any(-1).any(-1).nonzero()[0])
         members = next(c for c in _clusters_of(flat_same[b].cpu()) if bool(flat_bad[b][c][:, c].any()))
-        raise tangent_split_error(op, members, f"batch index {b}, " if bad.dim() > 2 and bad.shape[:-2].numel() > 1 else "")
+        where = f"batch index {b}, " if flat_bad.shape[0] > 1 else ""
+        raise tangent_split_error(op, members, where)
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters
@@ -495,6 +509,10 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
                     f"are not those of a function of V diag(f(w)) V^H (U f(S) V^H), whose gradient they would "
                     f"determine; only symmetric functions of a cluster (their sum, the projector onto it), "
                     f"functions of V diag(f(w)) V^H, and adjointgen.torch.funm are differentiable at a cluster. "
+                    f"In a second derivative (gradgradcheck, the gradient of a gradient) the loss is the first "
+                    f"derivative, which depends on the cluster this way for every loss but symmetric functions of "
+                    f"its values: second derivatives at a cluster are exact only for those (and for "
+                    f"adjointgen.torch.funm). "
                     f"Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), use "
                     f"broadening= for a biased finite surrogate, or disable the check with "
                     f"adjointgen.runtime.gauge.set_enabled(False)")
