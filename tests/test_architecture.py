@@ -263,6 +263,22 @@ def test_templates_hold_layout_and_formulas_not_numerical_guards():
             assert not guards.search(line), f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
 
 
+def test_the_autograd_functions_dispatch_in_the_runtime_not_in_the_template():
+    """Complex or real rules, checked or not, completion at clusters and which check a residual
+    goes to: decided once, in adjointgen.runtime.dispatch, from the rules the template lays out as
+    data; the generated backward and jvp hand it their names."""
+    template = (ROOT / "templates" / "torch" / "op.py.j2").read_text()
+    for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "has_clusters("):
+        assert decision not in template, decision
+    import adjointgen.generated.torch.eigh as eigh
+    import adjointgen.generated.torch.solve as solve
+    from adjointgen.runtime import dispatch
+
+    assert isinstance(eigh.RULES, dispatch.Rules) and eigh.RULES.vjp.fn is eigh.eigh_vjp
+    assert [r.vector for r in eigh.RULES.residuals] == ["w"] and eigh.RULES.residuals[0].completes == ("V",)
+    assert solve.RULES.vjp_checked is None and solve.RULES.outputs == ("gA", "gB")
+
+
 # ---------------------------------------------------------------------------------- nodes
 def test_the_engines_nodes_carry_their_differential_evaluation_and_lowering():
     """A node of the engine's own is one section of nodes.py: the core's differential, evaluation

@@ -220,6 +220,16 @@ class RuleIR:
         return tuple(p for p in self.params if p.role not in OPTIONAL_ROLES)
 
     @property
+    def argument_names(self) -> tuple[str, ...]:
+        """The names passed positionally (:class:`adjointgen.runtime.dispatch.Call`)."""
+        return tuple(p.name for p in self.required)
+
+    @property
+    def keyword_names(self) -> tuple[str, ...]:
+        """The optional parameters, passed by keyword."""
+        return tuple(p.name for p in self.params if p.role in OPTIONAL_ROLES)
+
+    @property
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for v in self.values:
@@ -392,6 +402,24 @@ class OperationIR:
     @property
     def uses_broadening(self) -> bool:
         return any(p.masked for p in self.pairwise)
+
+    def _env(self, extra: tuple[str, ...]) -> tuple[str, ...]:
+        pub = self.public
+        names = pub.saved + tuple(o.name for o in pub.outputs if o.form == "adjoint") + extra
+        names += ("cluster_rtol",) if self.uses_clusters else ()
+        names += ("broadening",) if self.uses_broadening else ()
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def backward_env(self) -> tuple[str, ...]:
+        """The names the autograd function's backward hands the dispatch: what it saved, the
+        outputs in the rules' forms, their cotangents and the options."""
+        return self._env(tuple("g" + o.name for o in self.public.outputs if not o.constant))
+
+    @property
+    def forward_env(self) -> tuple[str, ...]:
+        """The names its forward-mode rule hands the dispatch (the input tangents)."""
+        return self._env(tuple(p.name for p in self.jvp.params if p.role == "tangent"))
 
     @property
     def uses_lu_solve(self) -> bool:

@@ -1,0 +1,129 @@
+"""The generated autograd functions' dispatch (torch), written once.
+
+A generated operation describes its rules as data, a :class:`Rules` value next to the rule
+functions. The rules are the VJP and JVP for real data and for complex data, the checked VJP
+(the VJP together with its gauge residuals), and what each residual is. :func:`vjp` and
+:func:`jvp` then decide, for every operation alike:
+
+- complex or real rules, by the dtype of the operation's first input;
+- checked or not: a complex VJP is checked whenever the checks are on (the phases are always a
+  gauge); a real one only where its values have a cluster, and not under a broadening;
+- at a cluster, a loss through ``V f(D) V^H`` is completed first
+  (:func:`adjointgen.runtime.degeneracy.complete`);
+- the check each residual goes to: :func:`adjointgen.runtime.degeneracy.check` for a residual
+  supported on clusters, :func:`adjointgen.runtime.gauge.check` for any other (the phases).
+
+The generated autograd function passes its saved tensors, its cotangents (or tangents) and its
+options by name (``env``); the templates hold the layout only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import degeneracy, gauge
+
+__all__ = ["Call", "Residual", "Rules", "for_data", "jvp", "vjp"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A generated rule function and the names of its arguments: positional ones, then the optional
+    ones passed by keyword (factors, ``cluster_rtol``, ``broadening``)."""
+
+    fn: Callable
+    args: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
+
+    def __call__(self, env: dict) -> tuple:
+        out = self.fn(*(env[a] for a in self.args), **{k: env[k] for k in self.keywords})
+        return out if isinstance(out, tuple) else (out,)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A gauge residual that a checked VJP returns (``output``), and the names its check reads.
+
+    A residual supported on clusters of equal values (``vector`` set) goes to
+    :func:`~adjointgen.runtime.degeneracy.check` with the cluster mask of ``vector`` and the
+    cotangent ``split`` of that vector; any other to :func:`~adjointgen.runtime.gauge.check`.
+    ``completes``: the vectors whose spectral losses are completed at clusters first (their
+    cotangents are ``g`` + name)."""
+
+    output: str
+    cotangents: tuple[str, ...]
+    vector: str | None = None
+    split: str | None = None
+    what: str = "eigenvalues"
+    completes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rules:
+    """An operation's rules as the autograd function dispatches them.  ``outputs``: the VJP's
+    outputs (the input cotangents) in order; ``data``: the input whose dtype selects the complex
+    rules; ``broadening``: whether the rules take a broadening (under which clusters are not
+    checked)."""
+
+    op: str
+    outputs: tuple[str, ...]
+    vjp: Call
+    jvp: Call
+    data: str
+    vjp_checked: Call | None = None
+    residuals: tuple[Residual, ...] = ()
+    vjp_complex: Call | None = None
+    jvp_complex: Call | None = None
+    vjp_complex_checked: Call | None = None
+    residuals_complex: tuple[Residual, ...] = ()
+    broadening: bool = False
+
+
+def for_data(data, real: Callable, complex_: Callable | None = None) -> Callable:
+    """The rule for ``data``: ``complex_`` for complex data (where there is one), else ``real``."""
+    return complex_ if complex_ is not None and data.is_complex() else real
+
+
+def _is_complex(rules: Rules, env: dict) -> bool:
+    return rules.vjp_complex is not None and env[rules.data].is_complex()
+
+
+def jvp(rules: Rules, env: dict) -> tuple:
+    """The output tangents: the complex or the real JVP rule."""
+    return (rules.jvp_complex if _is_complex(rules, env) else rules.jvp)(env)
+
+
+def vjp(rules: Rules, env: dict) -> tuple:
+    """The input cotangents (``rules.outputs``), checked where the gauge leaves freedom."""
+    if _is_complex(rules, env):
+        if rules.vjp_complex_checked is not None and gauge.enabled():
+            return _checked(rules, env, rules.vjp_complex_checked, rules.residuals_complex)
+        return rules.vjp_complex(env)
+    unbroadened = not rules.broadening or env["broadening"] is None
+    vectors = dict.fromkeys(r.vector for r in rules.residuals if r.vector is not None)
+    if rules.vjp_checked is not None and gauge.enabled() and unbroadened and (
+            not vectors or any(degeneracy.has_clusters(env[v], env.get("cluster_rtol")) for v in vectors)):
+        return _checked(rules, env, rules.vjp_checked, rules.residuals)
+    return rules.vjp(env)
+
+
+def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...]) -> tuple:
+    env = dict(env)
+    rtol = env.get("cluster_rtol")
+    broadening = env.get("broadening") if rules.broadening else None
+    for r in residuals:
+        if r.completes:
+            gs = ["g" + name for name in r.completes]
+            out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
+                                      tuple(env[g] for g in gs), rtol, broadening, what=r.what)
+            env.update(zip((*r.completes, r.split, *gs), out))
+    values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
+    for r in residuals:
+        cotangents = tuple(env[c] for c in r.cotangents)
+        if r.vector is None:
+            gauge.check(rules.op, values[r.output], *cotangents)
+        elif broadening is None:
+            split = None if r.completes or r.split is None else env[r.split]
+            degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,
+                             *cotangents, what=r.what)
+    return tuple(values[name] for name in rules.outputs)
