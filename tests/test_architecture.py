@@ -292,12 +292,17 @@ def test_the_engines_nodes_carry_their_differential_evaluation_and_lowering():
                  if isinstance(cls, type) and issubclass(cls, nodes.EngineNode) and cls is not nodes.EngineNode)
     assert {"DiagPart", "Sym", "Skew", "Trace", "ShiftedSolve", "DiagFunction", "LogAbsDet"} <= set(own)
     cores = {"differential": inspect.getsource(algebra.differential), "evaluate": inspect.getsource(evaluate.evaluate),
-             "lower": inspect.getsource(lower._Builder.lower)}
+             "lower": inspect.getsource(lower._Builder.lower), "expand": inspect.getsource(algebra.expand),
+             "transpose": inspect.getsource(algebra.transpose_atom),
+             "adjoint": inspect.getsource(algebra._transpose_atom_linear)}
     for where, source in cores.items():
-        for name in own:
+        for name in own + ["LINEAR_NODES"]:
             # the dispatch on the expression itself (a product's rule may still look at its factors)
-            assert not re.search(rf"isinstance\((e|expr), [^)]*\b{name}\b", source), f"{where} branches on {name}"
+            assert not re.search(rf"isinstance\((e|expr|atom), [^)]*\b{name}\b", source), f"{where} branches on {name}"
     # and the rules are there, on the classes
     for name in ("DiagPart", "Sym", "Skew", "LowerHalf", "StrictlyLower", "Trace", "ScalarIdentity"):
         cls = getattr(nodes, name)
-        assert {"differential_rule", "evaluate_rule", "lower_rule"} <= set(dir(cls)), name
+        assert {"differential_rule", "evaluate_rule", "lower_rule", "expand_rule", "transpose_rule",
+                "adjoint_rule"} <= set(dir(cls)), name
+    for name in ("ShiftedSolve", "DiagFunction", "LogAbsDet", "SignDet"):
+        assert "expand_rule" in vars(getattr(nodes, name)), name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import product as cartesian
+from types import SimpleNamespace
 from typing import Callable, Iterable
 
 import sympy as sp
@@ -25,8 +26,8 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import (DiagFunction, EngineNode, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, SignDet,
-                    Skew, StrictlyLower, Structure, Sym, Trace)
+from .nodes import (DiagFunction, DiagPart, EngineNode, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew,
+                    StrictlyLower, Structure, Sym)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
 
@@ -64,30 +65,13 @@ def transpose_atom(atom, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Transpose(atom),))]
     if isinstance(atom, Transpose):
         return [(sp.Integer(1), (atom.arg,))]
-    if isinstance(atom, (Identity, DiagFunction, LogAbsDet)):
+    if isinstance(atom, EngineNode):  # the node's own rule
+        return atom.transpose_rule(ALGEBRA, structure)
+    if isinstance(atom, Identity):
         return [(sp.Integer(1), (atom,))]
-    if isinstance(atom, Trace):  # tr(X)^H = tr(X^H) (the same for real data)
-        if not structure.complex:
-            return [(sp.Integer(1), (atom,))]
-        return expand(Trace(Transpose(atom.arg)), structure)
-    if isinstance(atom, SignDet):  # conj(det A)/|det A| = sgn det(A^H)
-        if not structure.complex:
-            return [(sp.Integer(1), (atom,))]
-        return [(sp.Integer(1), (SignDet(normalize(Transpose(atom.arg), structure)),))]
-    if isinstance(atom, ScalarIdentity):  # (g I)^H = g^H I
-        if not structure.complex:
-            return [(sp.Integer(1), (atom,))]
-        return [(c, (ScalarIdentity(_monomial(sp.Integer(1), fs), atom.shape[0]),))
-                for c, fs in expand(Transpose(atom.arg), structure)]
     if isinstance(atom, Inverse):
         inner = normalize(Transpose(atom.arg), structure)
         return [(sp.Integer(1), (Inverse(inner),))]
-    if isinstance(atom, DiagPart) and structure.complex:  # diag(X)^H = diag(X^H)
-        return _linear_node(DiagPart, expand(Transpose(atom.arg), structure), atom.shape, structure)
-    if isinstance(atom, (DiagPart, Sym)):
-        return [(sp.Integer(1), (atom,))]
-    if isinstance(atom, Skew):
-        return [(sp.Integer(-1), (atom,))]
     if isinstance(atom, HadamardProduct):
         coeff, args = sp.Integer(1), []
         for a in atom.args:
@@ -471,19 +455,6 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
     return collect(out)
 
 
-def _shifted_solve(node: ShiftedSolve, inner_terms: list[Term]) -> list[Term]:
-    """``S`` distributes over sums and scalars; ``S(B U Y) = 0`` because ``S`` projects its
-    argument with ``P = I - B U U^T`` and ``P B U = 0``."""
-    _, B, U, _ = node.operator
-    annihilated = (U,) if isinstance(B, Identity) else (B, U)
-    out = []
-    for c, fs in inner_terms:
-        if fs[: len(annihilated)] == annihilated:
-            continue
-        out.append((c, (node.with_arg(_monomial(sp.Integer(1), fs)),)))
-    return collect(out)
-
-
 def _monomial(c, fs):
     if len(fs) == 1 and c == 1:
         return fs[0]
@@ -515,10 +486,8 @@ def expand(expr, structure: Structure) -> list[Term]:
             parts = [transpose_atom(f, structure) for f in reversed(fs)]
             out.extend((c * c2, _commute_diagonals(fs2, structure)) for c2, fs2 in _product(parts))
         return collect(out)
-    if isinstance(expr, LINEAR_NODES):
-        return _linear_node(type(expr), expand(expr.arg, structure), expr.shape, structure)
-    if isinstance(expr, ShiftedSolve):
-        return _shifted_solve(expr, expand(expr.arg, structure))
+    if isinstance(expr, EngineNode):  # the node's own rule
+        return expr.expand_rule(ALGEBRA, structure)
     if isinstance(expr, HadamardProduct):
         consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
         others = [a for a in expr.args if not isinstance(a, PairwiseMatrix)]
@@ -535,15 +504,6 @@ def expand(expr, structure: Structure) -> list[Term]:
         return [(sp.Integer(1), (Inverse(build(expand(expr.arg, structure), expr.shape)),))]
     if isinstance(expr, (MatrixSymbol, Identity)):
         return [(sp.Integer(1), (expr,))]
-    if isinstance(expr, DiagFunction):
-        return [(sp.Integer(1), (DiagFunction(normalize(expr.arg, structure), expr.function),))]
-    if isinstance(expr, Trace):  # linear: distributes over sums, pulls out coefficients
-        return collect((c, (Trace(_monomial(sp.Integer(1), fs)),)) for c, fs in expand(expr.arg, structure))
-    if isinstance(expr, ScalarIdentity):  # (c g) I = c (g I)
-        n = expr.shape[0]
-        return collect((c, (ScalarIdentity(_monomial(sp.Integer(1), fs), n),)) for c, fs in expand(expr.arg, structure))
-    if isinstance(expr, (LogAbsDet, SignDet)):
-        return [(sp.Integer(1), (type(expr)(normalize(expr.arg, structure)),))]
     raise DerivationError(f"cannot normalise {type(expr).__name__}: {expr}")
 
 
@@ -727,21 +687,10 @@ def _transpose_atom_linear(atom, tangents, g, structure, contributions):
         for name, parts in transpose_linear(atom.arg, tangents, Transpose(g), structure).items():
             contributions.setdefault(name, []).extend(parts)
         return
-    if isinstance(atom, ShiftedSolve):  # self-adjoint: <G, S(X)> = <S(G), X>
-        for name, parts in transpose_linear(atom.arg, tangents, atom.with_arg(g), structure).items():
-            contributions.setdefault(name, []).extend(parts)
-        return
-    if isinstance(atom, Trace):  # <g, tr(Y)> = <g I, Y>
-        n = atom.arg.shape[0]
-        for name, parts in transpose_linear(atom.arg, tangents, ScalarIdentity(g, n), structure).items():
-            contributions.setdefault(name, []).extend(parts)
-        return
-    if isinstance(atom, ScalarIdentity):  # <G, h I> = <tr(G), h>
-        for name, parts in transpose_linear(atom.arg, tangents, Trace(g), structure).items():
-            contributions.setdefault(name, []).extend(parts)
-        return
-    if isinstance(atom, LINEAR_NODES):
-        for name, parts in transpose_linear(atom.arg, tangents, type(atom)(g), structure).items():
+    rule = atom.adjoint_rule(g) if isinstance(atom, EngineNode) else None
+    if rule is not None:  # a linear node's own rule: <g, node(Y)> = <g', Y>
+        inner, g2 = rule
+        for name, parts in transpose_linear(inner, tangents, g2, structure).items():
             contributions.setdefault(name, []).extend(parts)
         return
     if isinstance(atom, HadamardProduct):
@@ -991,3 +940,10 @@ def _drop_zero(expr):
             return ZeroMatrix(*expr.shape)
         return HadamardProduct(*args)
     return expr
+
+
+#: what a node's algebra rules (:class:`~adjointgen.calculus.nodes.EngineNode`) may call: the normal
+#: form of a subexpression, its rebuilt expression, term-list collection, a monomial's expression and
+#: the projections' shared normal form
+ALGEBRA = SimpleNamespace(expand=expand, normalize=normalize, collect=collect, monomial=_monomial,
+                          linear_node=_linear_node)

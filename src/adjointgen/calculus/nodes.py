@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 from sympy import Basic
-from sympy.matrices.expressions import Identity, Inverse, MatMul, MatrixExpr, MatrixSymbol, ZeroMatrix
+from sympy.matrices.expressions import Identity, Inverse, MatMul, MatrixExpr, MatrixSymbol, Transpose, ZeroMatrix
 
 __all__ = [
     "DiagFunction",
@@ -57,9 +57,21 @@ class EngineNode:
       ``b``: ``b.lower(sub)``, ``b.emit(op, args, kind)``, ``b.kind(name)``, ``b.fail(message)``);
     - ``_eval_transpose``: its transpose, SymPy's hook.
 
-    A node without a rule raises where it is used (``no differential rule for ...``).  Its
-    expansion into monomials and its transposition for the VJP are the algebra's
-    (:mod:`adjointgen.calculus.algebra`), which treats the projections as one family."""
+    - ``expand_rule(alg, structure)``: its normal form, a term list (:mod:`adjointgen.calculus.algebra`;
+      ``alg`` is :data:`~adjointgen.calculus.algebra.ALGEBRA`: ``expand``, ``normalize``,
+      ``collect``, ``monomial`` and ``linear_node``, the normal form the projections share);
+    - ``transpose_rule(alg, structure)``: its (conjugate) transpose as a term list (default: the
+      unexpanded ``X^T``);
+    - ``adjoint_rule(g)``: for a node linear in its argument ``X``, ``(X, G')`` with
+      ``<g, node(X)> = <G', X>`` -- the transposition the VJP takes (default ``None``: not linear).
+
+    A node without a rule raises where it is used (``no differential rule for ...``)."""
+
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(1), (Transpose(self),))]
+
+    def adjoint_rule(self, g):
+        return None
 
 
 class _UnaryMatrixNode(EngineNode, MatrixExpr):
@@ -92,6 +104,14 @@ class _UnaryMatrixNode(EngineNode, MatrixExpr):
         """A linear projection: ``d P(X) = P(dX)`` (``d``: the differential of a subexpression)."""
         return type(self)(d(self.arg))
 
+    def expand_rule(self, alg, structure):
+        """The projections' shared normal form (distributed over sums, structure applied)."""
+        return alg.linear_node(type(self), alg.expand(self.arg, structure), self.shape, structure)
+
+    def adjoint_rule(self, g):
+        """``<G, P(X)> = <P(G), X>``."""
+        return self.arg, type(self)(g)
+
 
 class DiagPart(_UnaryMatrixNode):
     """``I ∘ X``: the diagonal part of ``X`` (off-diagonal entries zeroed)."""
@@ -102,6 +122,12 @@ class DiagPart(_UnaryMatrixNode):
         # ``diag(X)^T = diag(X^T)``: equal to ``diag(X)`` for real X; with ``^T`` read as the
         # conjugate transpose (complex derivations) it conjugates the diagonal
         return DiagPart(self.arg.T)
+
+    def transpose_rule(self, alg, structure):
+        """``diag(X)^H = diag(X^H)`` (complex data); itself for real data."""
+        if structure.complex:
+            return alg.linear_node(DiagPart, alg.expand(Transpose(self.arg), structure), self.shape, structure)
+        return [(sp.Integer(1), (self,))]
 
     def evaluate_rule(self, ev, arith, size, env):
         return arith.diag(ev(self.arg))
@@ -126,6 +152,9 @@ class Sym(_UnaryMatrixNode):
     def _eval_transpose(self):
         return self
 
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(1), (self,))]
+
     def evaluate_rule(self, ev, arith, size, env):
         x = ev(self.arg)
         return (x + arith.T(x)) / 2
@@ -144,6 +173,9 @@ class Skew(_UnaryMatrixNode):
 
     def _eval_transpose(self):
         return -self
+
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(-1), (self,))]
 
     def evaluate_rule(self, ev, arith, size, env):
         x = ev(self.arg)
@@ -236,6 +268,12 @@ class DiagFunction(EngineNode, MatrixExpr):
     def _eval_transpose(self):
         return self
 
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (DiagFunction(alg.normalize(self.arg, structure), self.function),))]
+
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(1), (self,))]
+
     def _sympystr(self, printer):
         (x,), body = self.function.variables, self.function.expr
         return f"[{printer._print(body)} at {x} = {printer._print(self.arg)}]"
@@ -270,6 +308,22 @@ class ShiftedSolve(EngineNode, MatrixExpr):
 
     def with_arg(self, X):
         return ShiftedSolve(X, *self.operator)
+
+    def expand_rule(self, alg, structure):
+        """``S`` distributes over sums and scalars; ``S(B U Y) = 0`` because ``S`` projects its
+        argument with ``P = I - B U U^T`` and ``P B U = 0``."""
+        _, B, U, _ = self.operator
+        annihilated = (U,) if isinstance(B, Identity) else (B, U)
+        out = []
+        for c, fs in alg.expand(self.arg, structure):
+            if fs[: len(annihilated)] == annihilated:
+                continue
+            out.append((c, (self.with_arg(alg.monomial(sp.Integer(1), fs)),)))
+        return alg.collect(out)
+
+    def adjoint_rule(self, g):
+        """Self-adjoint: ``<G, S(X)> = <S(G), X>``."""
+        return self.arg, self.with_arg(g)
 
     def evaluate_rule(self, ev, arith, size, env):
         A, B, U, D = self.operator
@@ -327,6 +381,20 @@ class Trace(_ScalarNode):
     def evaluate_rule(self, ev, arith, size, env):
         return arith.trace(ev(self.arg))
 
+    def expand_rule(self, alg, structure):
+        """Linear: distributes over sums, pulls out coefficients."""
+        return alg.collect((c, (Trace(alg.monomial(sp.Integer(1), fs)),)) for c, fs in alg.expand(self.arg, structure))
+
+    def transpose_rule(self, alg, structure):
+        """``tr(X)^H = tr(X^H)`` (the same for real data)."""
+        if not structure.complex:
+            return [(sp.Integer(1), (self,))]
+        return alg.expand(Trace(Transpose(self.arg)), structure)
+
+    def adjoint_rule(self, g):
+        """``<g, tr(X)> = <g I, X>``."""
+        return self.arg, ScalarIdentity(g, self.arg.shape[0])
+
     def lower_rule(self, b):
         inner = b.lower(self.arg)
         return b.emit("trace" if b.kind(inner) == "matrix" else "sum", [inner], "scalar")
@@ -348,6 +416,12 @@ class LogAbsDet(_ScalarNode):
     def evaluate_rule(self, ev, arith, size, env):
         return arith.logabsdet(ev(self.arg))
 
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (LogAbsDet(alg.normalize(self.arg, structure)),))]
+
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(1), (self,))]
+
 
 class SignDet(_ScalarNode):
     """``det A / |det A|`` (``±1`` for real ``A``, a unit phase for complex ``A``), as a ``1×1``
@@ -366,6 +440,15 @@ class SignDet(_ScalarNode):
 
     def evaluate_rule(self, ev, arith, size, env):
         return arith.signdet(ev(self.arg))
+
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (SignDet(alg.normalize(self.arg, structure)),))]
+
+    def transpose_rule(self, alg, structure):
+        """``conj(det A)/|det A| = sgn det(A^H)``."""
+        if not structure.complex:
+            return [(sp.Integer(1), (self,))]
+        return [(sp.Integer(1), (SignDet(alg.normalize(Transpose(self.arg), structure)),))]
 
 
 class ScalarIdentity(EngineNode, MatrixExpr):
@@ -393,6 +476,23 @@ class ScalarIdentity(EngineNode, MatrixExpr):
     def differential_rule(self, d):
         dg = d(self.arg)
         return ZeroMatrix(*self.shape) if isinstance(dg, ZeroMatrix) else ScalarIdentity(dg, self.shape[0])
+
+    def expand_rule(self, alg, structure):
+        """``(c g) I = c (g I)``."""
+        n = self.shape[0]
+        return alg.collect((c, (ScalarIdentity(alg.monomial(sp.Integer(1), fs), n),))
+                           for c, fs in alg.expand(self.arg, structure))
+
+    def transpose_rule(self, alg, structure):
+        """``(g I)^H = g^H I``."""
+        if not structure.complex:
+            return [(sp.Integer(1), (self,))]
+        return [(c, (ScalarIdentity(alg.monomial(sp.Integer(1), fs), self.shape[0]),))
+                for c, fs in alg.expand(Transpose(self.arg), structure)]
+
+    def adjoint_rule(self, g):
+        """``<G, h I> = <tr(G), h>``."""
+        return self.arg, Trace(g)
 
     def evaluate_rule(self, ev, arith, size, env):
         return arith.scalar(ev(self.arg), size(self.shape[0]))
