@@ -169,6 +169,25 @@ def test_a_finished_derivation_is_a_frozen_spec_that_no_stage_writes(name):
         spec.jvp.rewritten = {}
 
 
+@pytest.mark.parametrize("name", gen.derivation_names(ROOT))
+def test_a_steps_checks_are_data_the_audit_interprets(name):
+    """Every step's numeric check and symbolic replay is a record (kind and expressions) that
+    ``audit/checks.py`` and ``audit/replays.py`` interpret, never code carried by the step; the
+    spec pickles, closures would not."""
+    import pickle
+
+    from adjointgen.audit import checks, replays
+    from adjointgen.calculus.derivation import Check, Replay
+
+    spec = gen.load_derivation(ROOT, name)
+    for step in spec.steps:
+        assert step.check is None or (isinstance(step.check, Check) and step.check.kind in checks._KINDS)
+        assert step.symbolic is None or (isinstance(step.symbolic, Replay) and step.symbolic.kind in replays._KINDS)
+    pickle.dumps(spec.steps)
+    source = (ROOT / "src/adjointgen/calculus/derivation.py").read_text()
+    assert "def symbolic" not in source and "def check" not in source
+
+
 def test_the_audit_and_the_lowering_read_no_undeclared_field():
     """Consumers read the spec's declared fields: no ``getattr(d, ...)`` with a default, no
     ``d.__dict__``, no attribute set on a derivation from outside the builder."""

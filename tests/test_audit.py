@@ -118,3 +118,64 @@ def test_complex_symbolic_entries_see_conjugation():
     assert not _is_zero_matrix(ev(DiagPart(Skew(X))))  # the diagonal of an anti-Hermitian part is imaginary
     assert _is_zero_matrix(ev(DiagPart(Skew(H))))
     assert x[0, 1] != sp.conjugate(x[0, 1])
+
+
+def _bumped(e):
+    """``e + I``: a claimed result off by a term (square expressions only)."""
+    from sympy.matrices.expressions import Identity, MatAdd
+
+    return MatAdd(e, Identity(e.shape[0])) if e.shape[0] == e.shape[1] else None
+
+
+def _wrong_replay(replay):
+    """The replay of a step whose claim is wrong, for every kind of :mod:`adjointgen.audit.replays`
+    (``None`` where the claim has no square expression to bump)."""
+    import dataclasses
+
+    import sympy as sp
+    from sympy.matrices.expressions import MatMul, Transpose
+
+    from adjointgen.calculus.nodes import StrictlyLower
+
+    args = list(replay.args)
+    new_at = {"equal": 1, "define": 3, "insert": 3, "differentiate": 1, "real": 1, "degenerate": 1}
+    if replay.kind in new_at:
+        args[new_at[replay.kind]] = _bumped(args[new_at[replay.kind]])
+        if args[new_at[replay.kind]] is None:
+            return None
+    elif replay.kind in ("dot_product", "gauge"):  # twice the cotangent, twice the residual
+        args[1] = MatMul(2, args[1])
+    elif replay.kind == "adjoint":  # X -> tril₋(X)^T is not self-adjoint
+        args[0] = lambda x: Transpose(StrictlyLower(x))
+    elif replay.kind == "divided":  # T(a, b, c) + a is not symmetric
+        T = args[0]
+        args[0] = sp.Lambda(T.variables, T.expr + T.variables[0])
+    else:
+        raise AssertionError(f"no wrong claim for the replay kind {replay.kind}")
+    return dataclasses.replace(replay, args=tuple(args))
+
+
+@pytest.mark.parametrize("name", ["eigh", "funm"])
+def test_every_symbolic_replay_rejects_a_wrong_claim(root, name):
+    """The symbolic audit can fail: each step's replay, with its claimed result off by a term (or
+    its rule, projection or divided difference wrong), leaves a nonzero explicit residual, for every
+    replay kind the derivation uses."""
+    import dataclasses
+
+    from adjointgen.calculus.spec import as_spec
+
+    spec = as_spec(gen.load_derivation(root, name))
+    wrong, steps = {}, []
+    for step in spec.steps:
+        replay = _wrong_replay(step.symbolic) if step.symbolic is not None else None
+        if replay is not None:
+            wrong[step.index] = step.symbolic.kind
+            step = dataclasses.replace(step, symbolic=replay)
+        steps.append(step)
+    kinds = set(wrong.values())
+    common = {"equal", "define", "insert", "differentiate", "real", "dot_product", "degenerate"}
+    assert kinds == common | ({"divided"} if name == "funm" else {"adjoint", "gauge"})
+    report = audit(dataclasses.replace(spec, steps=tuple(steps)))
+    verdicts = {s.index: s.symbolic for s in report.steps}
+    missed = {i: (k, verdicts[i]) for i, k in wrong.items() if not verdicts[i].startswith("FAILED")}
+    assert not missed

@@ -25,7 +25,7 @@ from sympy.matrices.expressions import MatrixSymbol
 from ..calculus.algebra import DerivationError
 from ..calculus.evaluate import NotExplicit, evaluate
 from ..calculus.spec import OperationSpec, as_spec
-from . import checks
+from . import checks, replays
 
 
 class AuditError(Exception):
@@ -394,7 +394,7 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
                 env = dict(sym_env_small if small else sym_env)
                 env["__pairwise_free__"] = step.kind in FREE_PAIRWISE_STEPS
                 size = "2x2" if small else "3x3"
-                zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(step.symbolic(dict(env))))
+                zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(replays.residual(step.symbolic, d, env)))
                 sym = "verified" if zero else f"FAILED: explicit {size} residual is not zero"
             except _SymbolicTimeout:
                 sym = _timeout_verdict(symbolic_timeout)

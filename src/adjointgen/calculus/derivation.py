@@ -25,6 +25,7 @@ from sympy.matrices.expressions import (
     HadamardProduct,
     Identity,
     Inverse,
+    MatAdd,
     MatMul,
     MatrixSymbol,
     Transpose,
@@ -61,9 +62,11 @@ class Step:
         kind: the engine operation (``differentiate``, ``left_multiply``, ``substitute``, ...).
         label: what the derivation file called it.
         equation: the equation the step produced (``None`` for steps that check a property).
-        check: numeric check, ``check(env) -> (value, scale)``; the residual is ``value/scale``.
-        symbolic: explicit small-matrix check ``symbolic(env) -> residual matrix`` or ``None``
-            when the step rests on an identity that SymPy cannot impose on explicit matrices.
+        check: what the numeric audit checks on every instance (:class:`Check`, interpreted by
+            :mod:`adjointgen.audit.checks`), or ``None``.
+        symbolic: what the symbolic audit replays on explicit small matrices (:class:`Replay`,
+            interpreted by :mod:`adjointgen.audit.replays`), or ``None`` when the step rests on an
+            identity that SymPy cannot impose on explicit matrices.
         line: line of the derivation file that called the step (directly or through a helper).
         helper: ``(file, line)`` inside the helper module, when a helper recorded the step.
     """
@@ -72,8 +75,8 @@ class Step:
     kind: str
     label: str
     equation: Equation | None
-    check: Callable | None
-    symbolic: Callable | None = None
+    check: "Check | None"
+    symbolic: "Replay | None" = None
     line: int | None = None
     note: str = ""
     #: ``(file, line)`` of the helper module that recorded the step, when not the derivation file
@@ -155,6 +158,17 @@ class Check:
     kind: str  # equation, forward, dot_product, adjoint, gauge, second_order
     args: tuple = ()
     real_only: bool = False
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a step's symbolic audit replays on explicit small matrices: ``kind`` and the
+    expressions it needs (``args``).  :func:`adjointgen.audit.replays.residual` says what each kind
+    means; most steps are ``equal``: the new residual is an expression of the old ones
+    (``M R``, ``R^T``, ``diag(R)``, ``-F ∘ R``, ...), stated with the engine's own nodes."""
+
+    kind: str  # equal, define, insert, differentiate, real, degenerate, divided, dot_product, adjoint, gauge
+    args: tuple = ()
 
 
 def _forward_check(d: "Derivation") -> Check:
@@ -695,21 +709,9 @@ class Derivation:
         dl = algebra.differential(eq.lhs, self._tangent_of)
         dr = algebra.differential(eq.rhs, self._tangent_of)
         new = self._eq(dl, dr)
-        tangents = dict(self.tangents)
-
-        def symbolic(env, old=eq, new=new):
-            eps = sp.Symbol("epsilon", real=True)
-            moved = {k: v for k, v in env.items()}
-            for name, t in tangents.items():
-                if name in env and t.name in env:
-                    moved[name] = env[name] + eps * env[t.name]
-            from .evaluate import _real_derivatives
-
-            lin = _explicit(old.residual_expr, moved).diff(eps).subs(eps, 0)
-            lin = lin.applyfunc(lambda e: _real_derivatives(e.doit())) if lin.has(sp.Subs, sp.Derivative) else lin
-            return lin - _explicit(new.residual_expr, env)
-
-        self._record("differentiate", label, new, check=_equation_check(new), symbolic=symbolic)
+        tangents = tuple((name, t.name) for name, t in self.tangents.items())
+        replay = Replay("differentiate", (eq.residual_expr, new.residual_expr, tangents))
+        self._record("differentiate", label, new, check=_equation_check(new), symbolic=replay)
         return new
 
     def left_multiply(self, eq: Equation, M, label="left-multiply") -> Equation:
@@ -720,10 +722,8 @@ class Derivation:
         """
         new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
 
-        def symbolic(env, old=eq, new=new):
-            return _explicit(M, env) * _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
-
-        self._record("left_multiply", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("left_multiply", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatMul(M, eq.residual_expr), new))
         return new
 
     def right_multiply(self, eq: Equation, M, label="right-multiply") -> Equation:
@@ -734,10 +734,8 @@ class Derivation:
         """
         new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
 
-        def symbolic(env, old=eq, new=new):
-            return _explicit(old.residual_expr, env) * _explicit(M, env) - _explicit(new.residual_expr, env)
-
-        self._record("right_multiply", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("right_multiply", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatMul(eq.residual_expr, M), new))
         return new
 
     def transpose(self, eq: Equation, label="transpose") -> Equation:
@@ -748,10 +746,8 @@ class Derivation:
         """
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
 
-        def symbolic(env, old=eq, new=new):
-            return _explicit(old.residual_expr, env).H - _explicit(new.residual_expr, env)
-
-        self._record("transpose", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("transpose", label, new, check=_equation_check(new),
+                     symbolic=_follows(Transpose(eq.residual_expr), new))
         return new
 
     def substitute(self, eq: Equation, identity: Equation, label="substitute") -> Equation:
@@ -855,15 +851,12 @@ class Derivation:
             out.append(side)
         new = self._eq(*out)
 
-        def symbolic(env, old=eq, new=new):
-            env = dict(env)
-            env[sym.name] = _explicit(definition, env)  # the step uses only the definition
-            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
-
+        # the step uses only the definition: with the symbol set to it, both residuals agree
+        replay = Replay("define", (sym.name, definition, eq.residual_expr, new.residual_expr))
         # a transposed occurrence of a skew symbol becomes -X: that uses the skewness, which rests on
         # an identity (orthonormality), not on the definition alone
         uses_identity = transposed and sym.name in self.structure.skew
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else symbolic)
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else replay)
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
@@ -918,10 +911,7 @@ class Derivation:
         rest = [(cc, fs) for cc, fs in res if powers(fs) is None]
         new = self._eq(algebra.build(rest, eq.lhs.shape) + HadamardProduct(E, X), ZeroMatrix(*eq.lhs.shape))
 
-        def symbolic(env, old=eq, new=new):
-            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
-
-        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=_follows(eq.residual_expr, new),
                      note=f"{name}_ij = {entry}, {name}_ii = {diag_entry}")
         return new, E
 
@@ -934,10 +924,8 @@ class Derivation:
         """
         new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
 
-        def symbolic(env, old=eq, new=new):
-            return _SYMPY_DIAG(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
-
-        self._record("diagonal_part", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("diagonal_part", label, new, check=_equation_check(new),
+                     symbolic=_follows(DiagPart(eq.residual_expr), new))
         return new
 
     def lower_half(self, eq: Equation, label="lower half: apply Φ") -> Equation:
@@ -960,14 +948,8 @@ class Derivation:
 
     def _projection(self, eq, node, label):
         new = self._eq(node(eq.lhs), node(eq.rhs))
-        method = "lower_half" if node is LowerHalf else "strictly_lower"
-
-        def symbolic(env, old=eq, new=new):
-            from .evaluate import SYMPY
-
-            return getattr(SYMPY, method)(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
-
-        self._record("triangular", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("triangular", label, new, check=_equation_check(new),
+                     symbolic=_follows(node(eq.residual_expr), new))
         return new
 
     def skew_from_lower(self, eq: Equation, unknown: MatrixSymbol, label=None, *,
@@ -1002,14 +984,14 @@ class Derivation:
             value = value + diagonal.rhs
         new = Equation(unknown, self._norm(value))
 
-        def symbolic(env, old=eq, new=new, c=c, diagonal=diagonal):
-            r = _explicit(old.residual_expr, env) / c
-            out = (r - r.H) - _explicit(new.residual_expr, env)
-            if diagonal is not None:
-                out = out + _explicit(diagonal.residual_expr, env)
-            return out
+        # for an explicit skew X, with r the old residual over c: the new one is r - r^H (plus the
+        # diagonal equation's residual)
+        r = MatMul(1 / c, eq.residual_expr)
+        expected = MatAdd(r, MatMul(-1, Transpose(r)))
+        if diagonal is not None:
+            expected = MatAdd(expected, diagonal.residual_expr)
 
-        self._record("solve", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("solve", label, new, check=_equation_check(new), symbolic=_follows(expected, new),
                      note=f"a skew {unknown.name} is tril₋({unknown.name}) - tril₋({unknown.name})^T"
                           + (" + its diagonal" if diagonal is not None else ""))
         return new
@@ -1036,13 +1018,7 @@ class Derivation:
 
     def _part(self, eq, node, label):
         new = self._eq(node(eq.lhs), node(eq.rhs))
-        sign = 1 if node is Sym else -1
-
-        def symbolic(env, old=eq, new=new):
-            r = _explicit(old.residual_expr, env)
-            return (r + sign * r.H) / 2 - _explicit(new.residual_expr, env)
-
-        self._record("part", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("part", label, new, check=_equation_check(new), symbolic=_follows(node(eq.residual_expr), new))
         return new
 
     def gauge(self, label: str, parameter: MatrixSymbol, directions: dict, fix: tuple,
@@ -1102,17 +1078,8 @@ class Derivation:
         D = MatrixSymbol(self.pairwise[indicator].diagonal_of, parameter.shape[0], parameter.shape[0])
         eq = Equation(self._norm(D * parameter - parameter * D), ZeroMatrix(*parameter.shape))
 
-        def symbolic(env, eq=eq):
-            n = env[parameter.name].rows  # the explicit size of this derivation's symbolic checks
-            d0 = sp.Symbol("d0", real=True)
-            w = sp.Symbol("omega", real=True)
-            env = dict(env)
-            env[D.name] = sp.diag(d0, d0, *[sp.Symbol(f"d{i}", real=True) for i in range(2, n)])
-            env[parameter.name] = sp.Matrix(n, n, lambda i, j: w if (i, j) == (0, 1) else (-w if (i, j) == (1, 0) else 0))
-            return _explicit(eq.lhs, env) - _explicit(eq.rhs, env)
-
         self._record("gauge", f"{label}: D Ω = Ω D inside the clusters of {D.name}", eq, check=None,
-                     symbolic=symbolic, note="shown on an explicit degenerate D; the instances are not degenerate")
+                     symbolic=Replay("degenerate", (eq.lhs, eq.rhs, D.name, parameter.name)), note="shown on an explicit degenerate D; the instances are not degenerate")
 
     def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
@@ -1131,10 +1098,8 @@ class Derivation:
         sol = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
         new = Equation(unknown, sol)
 
-        def symbolic(env, old=eq, new=new, c=c):
-            return _explicit(old.residual_expr, env) / c - _explicit(new.residual_expr, env)
-
-        self._record("solve", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("solve", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatMul(1 / c, eq.residual_expr), new))
         return new
 
     def solve_offdiagonal(self, eq: Equation, unknown: MatrixSymbol, gaps: PairwiseMatrix,
@@ -1194,14 +1159,10 @@ class Derivation:
         sol = HadamardProduct(F, R) if diagonal is None else HadamardProduct(F, R) + diagonal.rhs
         new = Equation(unknown, self._norm(sol))
 
-        def symbolic(env, old=eq, new=new):
-            Fm = _explicit(F, env)
-            expected = -Fm.multiply_elementwise(_explicit(old.residual_expr, env))
-            if diagonal is not None:  # X - F∘R - d = -F∘(old) + (diag(X) - d)
-                expected = expected + _explicit(diagonal.residual_expr, env)
-            return expected - _explicit(new.residual_expr, env)
-
-        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=symbolic,
+        expected = MatMul(-1, HadamardProduct(F, eq.residual_expr))
+        if diagonal is not None:  # X - F∘R - d = -F∘(old) + (diag(X) - d)
+            expected = MatAdd(expected, diagonal.residual_expr)
+        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=_follows(expected, new),
                      note=f"{name}_ij = {expr}, {name}_ii = 0")
         return new, F
 
@@ -1237,11 +1198,8 @@ class Derivation:
         sol = HadamardProduct(F, algebra.build(rest, unknown.shape))
         new = Equation(unknown, self._norm(sol))
 
-        def symbolic(env, old=eq, new=new):
-            Fm = _explicit(F, env)
-            return -Fm.multiply_elementwise(_explicit(old.residual_expr, env)) - _explicit(new.residual_expr, env)
-
-        self._record("solve_hadamard", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("solve_hadamard", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatMul(-1, HadamardProduct(F, eq.residual_expr)), new),
                      note=f"{name}_ij = {expr}, {name}_ii = {definition.diagonal_value}")
         return new, F
 
@@ -1285,10 +1243,10 @@ class Derivation:
                 self._fail(label, f"diagonal= must be a function of {defs[0].diagonal_of} (d.apply(f, D) or its derivative)")
             g_expr = ratio * diagonal.function(DI).doit()
             h = sp.Symbol("h")  # lim_(d_j -> d_i) by the series in d_j = d_i + h (works for an undefined f)
-            from .evaluate import _real_derivatives
+            from .evaluate import real_derivatives
 
             at_diagonal = sp.series(expr.xreplace({DJ: DI + h}), h, 0, 1).removeO().doit()
-            limit = sp.simplify(_real_derivatives(at_diagonal) - _real_derivatives(g_expr))
+            limit = sp.simplify(real_derivatives(at_diagonal) - real_derivatives(g_expr))
             if limit != 0:
                 self._fail(label, f"lim_(d_j -> d_i) {expr} - {g_expr} = {limit}: not continuous on the diagonal")
             diag_value = sp.simplify(g_expr)
@@ -1303,10 +1261,7 @@ class Derivation:
         self.pairwise_lines[name] = self._line()
         new = self._eq(algebra.build(rest, eq.lhs.shape) + MatMul(c, HadamardProduct(L, X)), ZeroMatrix(*eq.lhs.shape))
 
-        def symbolic(env, old=eq, new=new):
-            return _explicit(old.residual_expr, env) - _explicit(new.residual_expr, env)
-
-        self._record("combine_pairwise", label, new, check=_equation_check(new), symbolic=symbolic,
+        self._record("combine_pairwise", label, new, check=_equation_check(new), symbolic=_follows(eq.residual_expr, new),
                      note=f"{name}_ij = {expr}, {name}_ii = {diag_value}" + (" (the limit, shown by SymPy)" if absorbed else ""))
         return new, L
 
@@ -1357,20 +1312,12 @@ class Derivation:
         Lbc = pdef.expr.xreplace({DI: b, DJ: c})
         T = sp.Lambda((a, b, c), sp.simplify((Lab - Lbc) / (a - c)))
 
-        def symbolic(env, T=T):
-            from .evaluate import _real_derivatives
-
-            body = T.expr
-            swaps = [body - body.xreplace({a: b, b: a}), body - body.xreplace({b: c, c: b})]
-            near = sp.series(body.xreplace({b: a + h, c: a + 2 * h}), h, 0, 1).removeO().doit()
-            f2 = pdef.diagonal_value.xreplace({DI: a}).diff(a).doit() / 2  # L_ii = f'(d_i): f''/2
-            limit = _real_derivatives(near) - _real_derivatives(f2)
-            return sp.Matrix([sp.simplify(x) for x in swaps + [limit]])
-
+        # T symmetric in its arguments, T(a, a, a) = L_aa'/2 (L_ii = f'(d_i): f''/2)
+        replay = Replay("divided", (T, pdef.diagonal_value.xreplace({DI: a}), h))
         check = Check("second_order")  # U S U^T against a central difference of the VJP
 
         self.second = SecondOrder(name, T, L.name, A.name, X.name, U.name, D.name)
-        self._record("second_order", label, None, check=check, symbolic=symbolic,
+        self._record("second_order", label, None, check=check, symbolic=replay,
                      note=f"{name}(a, b, c) = {T.expr}; d(g{A.name})[d{A.name}] = U S U^T, "
                           f"S_ij = Σ_k {name}(d_i, d_k, d_j) (G_ik H_kj + H_ik G_kj)")
         return T
@@ -1384,10 +1331,8 @@ class Derivation:
         label = label or "subtract the equations"
         new = self._eq(first.lhs - second.lhs, first.rhs - second.rhs)
 
-        def symbolic(env, new=new):
-            return _explicit(first.residual_expr, env) - _explicit(second.residual_expr, env) - _explicit(new.residual_expr, env)
-
-        self._record("subtract", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("subtract", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatAdd(first.residual_expr, MatMul(-1, second.residual_expr)), new))
         return new
 
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
@@ -1399,20 +1344,11 @@ class Derivation:
         label = label or f"substitute {solved.lhs} = {solved.rhs}"
         new = self._eq(eq.lhs.xreplace({solved.lhs: solved.rhs}), eq.rhs.xreplace({solved.lhs: solved.rhs}))
 
-        def symbolic(env, new=new, solved=solved, old=eq):
-            env2 = dict(env)
-            value = _explicit(solved.rhs, env)
-            if isinstance(solved.lhs, DiagPart):  # diag(X) := value: replace the diagonal of X
-                X = solved.lhs.arg.name
-                env2[X] = env[X] - _SYMPY_DIAG(env[X]) + value
-            else:
-                env2[solved.lhs.name] = value
-            return _explicit(old.residual_expr, env2) - _explicit(new.residual_expr, env)
-
         if not isinstance(solved.lhs, MatrixSymbol) and not (
                 isinstance(solved.lhs, DiagPart) and isinstance(solved.lhs.arg, MatrixSymbol)):
             self._fail(label, f"can only replace a symbol or the diagonal of one, not {solved.lhs}")
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("substitute", label, new, check=_equation_check(new),
+                     symbolic=Replay("insert", (solved.lhs, solved.rhs, eq.residual_expr, new.residual_expr)))
         return new
 
     def solve_shifted(self, eq: Equation, W: MatrixSymbol, A, B, D, U, label=None) -> Equation:
@@ -1469,10 +1405,8 @@ class Derivation:
             self._fail(label, f"the {tangent.name} terms of {eq} are not a multiple of {block}")
         new = self._eq(block, MatMul(-1 / ratio, algebra.build(rest, eq.lhs.shape)))
 
-        def symbolic(env, old=eq, new=new, ratio=ratio):
-            return _explicit(old.residual_expr, env) / ratio - _explicit(new.residual_expr, env)
-
-        self._record("isolate", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("isolate", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatMul(1 / ratio, eq.residual_expr), new))
         return new
 
     def add(self, *equations: Equation, label=None) -> Equation:
@@ -1484,11 +1418,8 @@ class Derivation:
         label = label or "add the equations"
         new = self._eq(sp.MatAdd(*[e.lhs for e in equations]), sp.MatAdd(*[e.rhs for e in equations]))
 
-        def symbolic(env, new=new):
-            total = sum((_explicit(e.residual_expr, env) for e in equations[1:]), _explicit(equations[0].residual_expr, env))
-            return total - _explicit(new.residual_expr, env)
-
-        self._record("add", label, new, check=_equation_check(new), symbolic=symbolic)
+        self._record("add", label, new, check=_equation_check(new),
+                     symbolic=_follows(MatAdd(*[e.residual_expr for e in equations]), new))
         return new
 
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
@@ -1713,48 +1644,17 @@ def _dot_product_check(d: Derivation, name: str, gexpr, symmetric: bool) -> Chec
     return Check("dot_product", (name, gexpr))
 
 
-def _dot_product_symbolic(d: Derivation, name: str, gexpr):
-    """``<g_in, d_in> - Σ <g_out, d_out>`` on explicit matrices: the transposition is an algebraic
-    identity that needs no property of the primal values beyond the declared structure.  Both
-    sides are linear in the cotangents, so each output's cotangent is checked alone (smaller
-    expressions to expand)."""
-
-    def symbolic(env):
-        only = dict(env)
-        for other in d.inputs:
-            if other.name != name:
-                only["d" + other.name] = sp.zeros(*env["d" + other.name].shape)
-        residuals = []
-        for out in d.rule_outputs:
-            one = dict(env)
-            for o in d.rule_outputs:
-                if o.name != out.name:
-                    one["g" + o.name] = sp.zeros(*env["g" + o.name].shape)
-            lhs = (_explicit(gexpr, one).H * env["d" + name]).trace()
-            t = d.tangents[out.name].name
-            rhs = (env["g" + out.name].H * _explicit(d.jvp.raw[t], only)).trace()
-            residuals.append(_real_part(lhs - rhs))
-        return sp.Matrix([residuals])
-
-    return symbolic
+def _dot_product_symbolic(d: Derivation, name: str, gexpr) -> Replay:
+    """``<g_in, d_in> - Σ <g_out, d_out>`` on explicit matrices (see :mod:`adjointgen.audit.replays`)."""
+    return Replay("dot_product", (name, gexpr))
 
 
 def _adjoint_check(node, complex_: bool) -> Check:
     return Check("adjoint", (node, complex_))
 
 
-def _adjoint_symbolic(node, complex_: bool):
-    def symbolic(env):
-        n = 3
-        kind = {"complex": True} if complex_ else {"real": True}
-        G = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"g{i}{j}", **kind))
-        X = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"x{i}{j}", **kind))
-        g, x = MatrixSymbol("G", n, n), MatrixSymbol("X", n, n)
-        lhs = (G.H * _explicit(node(x), {"X": X})).trace()
-        rhs = (_explicit(node(g), {"G": G}).H * X).trace()
-        return sp.Matrix([[_real_part(lhs - rhs)]])
-
-    return symbolic
+def _adjoint_symbolic(node, complex_: bool) -> Replay:
+    return Replay("adjoint", (node, complex_))
 
 
 def _real_only(check: Check) -> Check:
@@ -1762,52 +1662,28 @@ def _real_only(check: Check) -> Check:
     return Check(check.kind, check.args, real_only=True)
 
 
-def _real_only_symbolic(a, b):
-    def symbolic(env):
-        real = {k: (v.applyfunc(sp.re) if isinstance(v, sp.MatrixBase) else v) for k, v in env.items()}
-        return _explicit(a, real) - _explicit(b, real)
-
-    return symbolic
+def _real_only_symbolic(a, b) -> Replay:
+    return Replay("real", (a, b))
 
 
 def _gauge_check(d: Derivation, gauge: "Gauge", rexpr) -> Check:
     return Check("gauge", (gauge, rexpr))
 
 
-def _gauge_symbolic(d: Derivation, gauge: "Gauge", rexpr):
-    def symbolic(env):
-        env = dict(env)
-        T = env[gauge.parameter.name]
-        if gauge.parameter.name in d.structure.clustered:  # supported on a cluster pattern
-            env["__cluster_pattern__"] = True
-            mask = sp.Matrix(T.rows, T.cols, lambda i, j: 1 if (i, j) in ((0, 1), (1, 0)) else 0)
-            T = T.multiply_elementwise(mask)
-            env[gauge.parameter.name] = T
-        lhs = (_explicit(rexpr, env).H * T).trace()
-        rhs = sum(((env["g" + o].H * _explicit(e, env)).trace() for o, e in gauge.directions.items()), 0)
-        return sp.Matrix([[_real_part(lhs - rhs)]])
-
-    return symbolic
+def _gauge_symbolic(d: Derivation, gauge: "Gauge", rexpr) -> Replay:
+    return Replay("gauge", (gauge, rexpr))
 
 
-def _real_part(x):
-    """``Re x = (x + conj x)/2``; ``conj`` distributes over the expression, so with complex entry
-    symbols the result is a polynomial in the entries and their conjugates."""
-    return (x + sp.conjugate(x)) / 2
+def _same_value_symbolic(a, b) -> Replay:
+    return Replay("equal", (a, b))
 
 
-def _same_value_symbolic(a, b):
-    def symbolic(env):
-        return _explicit(a, env) - _explicit(b, env)
-
-    return symbolic
+def _follows(expected, new: Equation) -> Replay:
+    """The new equation's residual equals ``expected``, an expression of the old residuals."""
+    return Replay("equal", (expected, new.residual_expr))
 
 
 def _explicit(expr, env):
     from .evaluate import SYMPY, evaluate
 
     return evaluate(expr, env, env.get("__dims__", {}), arith=SYMPY)
-
-
-def _SYMPY_DIAG(m):
-    return sp.diag(*[m[i, i] for i in range(m.rows)])

@@ -171,7 +171,7 @@ class _Sympy:
 
     @staticmethod
     def diag_function(fn, d):
-        return sp.diag(*[_real_derivatives(fn(x).doit()) for x in d])
+        return sp.diag(*[real_derivatives(fn(x).doit()) for x in d])
 
     @staticmethod
     def trace(a):
@@ -232,9 +232,9 @@ class _Sympy:
         return sp.Matrix(
             n,
             n,
-            lambda i, j: _real_derivatives(sp.sympify(definition.diagonal_value).xreplace({DI: d[i]}).doit())
+            lambda i, j: real_derivatives(sp.sympify(definition.diagonal_value).xreplace({DI: d[i]}).doit())
             if i == j
-            else _real_derivatives(definition.expr.xreplace({DI: d[i], DJ: d[j]})),
+            else real_derivatives(definition.expr.xreplace({DI: d[i], DJ: d[j]})),
         )
 
 
@@ -243,7 +243,7 @@ def _lambdified(expr):
     return sp.lambdify((DI, DJ), expr, "numpy")
 
 
-def _real_derivatives(expr):
+def real_derivatives(expr):
     """Derivatives of an undefined real function, ``Derivative(f(x), x)``, as the undefined real
     functions ``f_1(x)`` (``f_2`` ...): SymPy does not infer that the derivative of a real function is
     real, which a symbolic check with conjugates needs."""
