@@ -218,7 +218,16 @@ XP = ArrayPrinter(
     },
 )
 
-PRINTERS = {"torch": TORCH, "xp": XP}
+#: JAX (``xp`` is ``jax.numpy``): the NumPy table with no in-place statement (JAX arrays are
+#: immutable) and the module's own triangular solves, batched and transposable
+JAX = ArrayPrinter(
+    "jax",
+    {**XP.table, "diagonal": "xp.diagonal({0}, axis1=-2, axis2=-1)"},
+    inplace={},
+    complex_table={**XP.complex_table, "diag_sym": "xp.real(xp.diagonal({0}, axis1=-2, axis2=-1))"},
+)
+
+PRINTERS = {"torch": TORCH, "xp": XP, "jax": JAX}
 
 
 class _ScalarPython(PythonCodePrinter):

@@ -18,65 +18,12 @@ options by name (``env``); the templates hold the layout only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from . import degeneracy, gauge
+from .rules import Call, Residual, Rules
 
 __all__ = ["Call", "Residual", "Rules", "for_data", "jvp", "vjp"]
-
-
-@dataclass(frozen=True)
-class Call:
-    """A generated rule function and the names of its arguments: positional ones, then the optional
-    ones passed by keyword (factors, ``cluster_rtol``, ``broadening``)."""
-
-    fn: Callable
-    args: tuple[str, ...]
-    keywords: tuple[str, ...] = ()
-
-    def __call__(self, env: dict) -> tuple:
-        out = self.fn(*(env[a] for a in self.args), **{k: env[k] for k in self.keywords})
-        return out if isinstance(out, tuple) else (out,)
-
-
-@dataclass(frozen=True)
-class Residual:
-    """A gauge residual that a checked VJP returns (``output``), and the names its check reads.
-
-    A residual supported on clusters of equal values (``vector`` set) goes to
-    :func:`~adjointgen.runtime.degeneracy.check` with the cluster mask of ``vector`` and the
-    cotangent ``split`` of that vector; any other to :func:`~adjointgen.runtime.gauge.check`.
-    ``completes``: the vectors whose spectral losses are completed at clusters first (their
-    cotangents are ``g`` + name)."""
-
-    output: str
-    cotangents: tuple[str, ...]
-    vector: str | None = None
-    split: str | None = None
-    what: str = "eigenvalues"
-    completes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Rules:
-    """An operation's rules as the autograd function dispatches them.  ``outputs``: the VJP's
-    outputs (the input cotangents) in order; ``data``: the input whose dtype selects the complex
-    rules; ``broadening``: whether the rules take a broadening (under which clusters are not
-    checked)."""
-
-    op: str
-    outputs: tuple[str, ...]
-    vjp: Call
-    jvp: Call
-    data: str
-    vjp_checked: Call | None = None
-    residuals: tuple[Residual, ...] = ()
-    vjp_complex: Call | None = None
-    jvp_complex: Call | None = None
-    vjp_complex_checked: Call | None = None
-    residuals_complex: tuple[Residual, ...] = ()
-    broadening: bool = False
 
 
 def for_data(data, real: Callable, complex_: Callable | None = None) -> Callable:

@@ -1,0 +1,67 @@
+"""The rules of a generated operation as data, for every backend's dispatch.
+
+A generated module describes its rules as a :class:`Rules` value next to the rule functions: which
+function is the VJP and the JVP for real and for complex data, which is the checked VJP, and what
+each gauge residual it returns is checked against.  Each backend's dispatch
+(:mod:`adjointgen.runtime.dispatch` for torch, :mod:`adjointgen.runtime.jax` for JAX) reads them;
+this module imports no array library.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["Call", "Residual", "Rules"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A generated rule function and the names of its arguments: positional ones, then the optional
+    ones passed by keyword (factors, ``cluster_rtol``, ``broadening``)."""
+
+    fn: Callable
+    args: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
+
+    def __call__(self, env: dict) -> tuple:
+        out = self.fn(*(env[a] for a in self.args), **{k: env[k] for k in self.keywords})
+        return out if isinstance(out, tuple) else (out,)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A gauge residual that a checked VJP returns (``output``), and the names its check reads.
+
+    A residual supported on clusters of equal values (``vector`` set) goes to
+    :func:`~adjointgen.runtime.degeneracy.check` with the cluster mask of ``vector`` and the
+    cotangent ``split`` of that vector; any other to :func:`~adjointgen.runtime.gauge.check`.
+    ``completes``: the vectors whose spectral losses are completed at clusters first (their
+    cotangents are ``g`` + name)."""
+
+    output: str
+    cotangents: tuple[str, ...]
+    vector: str | None = None
+    split: str | None = None
+    what: str = "eigenvalues"
+    completes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rules:
+    """An operation's rules as the autograd function dispatches them.  ``outputs``: the VJP's
+    outputs (the input cotangents) in order; ``data``: the input whose dtype selects the complex
+    rules; ``broadening``: whether the rules take a broadening (under which clusters are not
+    checked)."""
+
+    op: str
+    outputs: tuple[str, ...]
+    vjp: Call
+    jvp: Call
+    data: str
+    vjp_checked: Call | None = None
+    residuals: tuple[Residual, ...] = ()
+    vjp_complex: Call | None = None
+    jvp_complex: Call | None = None
+    vjp_complex_checked: Call | None = None
+    residuals_complex: tuple[Residual, ...] = ()
+    broadening: bool = False
