@@ -7,7 +7,7 @@ from __future__ import annotations
 import keyword
 
 #: modules the generated code imports: a derivation of that name would shadow them
-RESERVED_NAMES = frozenset({"torch", "numpy", "cupy", "cupyx", "scipy", "sympy", "math", "adjointgen", "jinja2",
+RESERVED_NAMES = frozenset({"torch", "numpy", "cupy", "cupyx", "jax", "jaxlib", "scipy", "sympy", "math", "adjointgen", "jinja2",
                             "typing", "functools", "os", "sys", "abc", "types", "collections", "warnings",
                             "contextlib", "dataclasses", "itertools", "operator", "re", "json", "pathlib"})
 

@@ -6,7 +6,7 @@
     derivations = "derivations"          # folder of derivation scripts (default "derivations")
     package = "mypkg._adjoint"            # the generated package, as it is imported
     output = "src/mypkg/_adjoint"         # its folder (default: from ``package``, src/ layout first)
-    backends = ["torch", "cupy", "cuda", "report"]   # default: all four
+    backends = ["torch", "cupy", "cuda", "report"]   # the default; "jax" adds JAX modules
     templates = "templates"               # optional: templates overriding the built-in ones
     symbolic_timeout = 20                 # optional: seconds per step's symbolic replay (0: no limit)
 
@@ -36,8 +36,11 @@ BACKENDS = {
     "torch": "torch/{name}.py",     # autograd functions, checked public functions, JVP/VJP rules
     "cupy": "cupy/{name}.py",       # NumPy/CuPy rule functions (array-module generic)
     "cuda": "cuda/{name}.cu",       # CUDA kernels of the elementwise parts (used by the CuPy rules)
+    "jax": "jax/{name}.py",         # JAX rule functions and jax.custom_jvp public functions
     "report": "reports/{name}.md",  # markdown audit reports
 }
+#: the backends of a project whose table names none (JAX is asked for by name)
+DEFAULT_BACKENDS = ("torch", "cupy", "cuda", "report")
 
 _KEYS = {"derivations", "package", "output", "backends", "templates", "symbolic_timeout"}
 #: seconds a step's symbolic replay may take before the audit keeps only its numeric verdict
@@ -206,7 +209,7 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
     if output is None:
         parts = Path(*package.split("."))
         output = str(Path("src") / parts) if (root / "src" / package.split(".")[0]).is_dir() else str(parts)
-    backends = table.get("backends", list(BACKENDS))
+    backends = table.get("backends", list(DEFAULT_BACKENDS))
     if not isinstance(backends, list) or not all(isinstance(b, str) for b in backends):
         raise ProjectError(f"{config_file}: [tool.adjointgen] backends must be a list of strings")
     bad = [b for b in backends if b not in BACKENDS]
@@ -231,7 +234,7 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
     if not out.is_relative_to(resolved_root):
         raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is {out}, outside the project "
                            f"folder {resolved_root}: generated files are written (and removed) only inside it")
-    shadowing = [b for b in ("torch", "cupy") if b in backends]
+    shadowing = [b for b in ("torch", "cupy", "jax") if b in backends]
     if out == resolved_root and shadowing:
         raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is the project folder itself: the "
                            f"generated {shadowing[0]}/ package would shadow the real {shadowing[0]} for anything run "

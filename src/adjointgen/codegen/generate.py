@@ -71,6 +71,8 @@ BACKENDS = (
     Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided"),
             package_init="cupy/__init__.py", verifier="array"),
     Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True),
+    Backend("jax", "jax/op.py.j2", "jax", "#", runtime=("adjointgen.runtime.jax", "adjointgen.runtime.rules"),
+            package_init="jax/__init__.py", verifier="jax"),
     Backend("report", "report/audit.md.j2", None, None),
 )
 

@@ -103,8 +103,86 @@ def _verify_torch_module(op, d, path, text, contexts, problems):
             _check_instances(op, d, module, contexts, path, problems, torch)
 
 
+def _verify_jax_module(op, d, path, text, contexts, problems):
+    """A JAX module: its rules on ``jax.numpy`` arrays, and its public ``jax.custom_jvp`` function
+    under ``jax.vjp`` and ``jax.jvp`` (float64 throughout)."""
+    try:
+        import jax
+    except ImportError:  # the JAX code cannot be run here; its text is still compared
+        return
+    with jax.enable_x64(True):
+        module = _load(path, text, f"_adjointgen_verify_{op.name}_{Path(path).parent.name}", problems)
+        if module is None:
+            return
+        _check_rules(op, d, module, contexts, path, problems, to_array=jax.numpy.asarray, to_numpy=np.asarray)
+        if op.public is not None and op.public.numpy_forward is not None:
+            _check_jax_function(op, d, module, contexts, path, problems, jax)
+
+
+def _check_jax_function(op, d, module, contexts, path, problems, jax):
+    """The public function as a JAX user runs it: forward outputs satisfying the identities, and
+    ``jax.vjp`` (JAX's transposition of the derived JVP) and ``jax.jvp`` equal to the derived rules."""
+    from ..audit.checks import forward_outputs, identity_residual
+    from ..calculus.evaluate import evaluate
+    from ..runtime import gauge
+
+    public = getattr(module, op.name, None)
+    if public is None:
+        problems.append(f"{path}: the public function {op.name} is missing")
+        return
+    pub = op.public
+    by_code = {d.api_names.get(s.name, s.name): s for s in d.inputs + d.outputs}
+    jnp = jax.numpy
+
+    def call(*xs):
+        out = public(*xs)
+        return out if isinstance(out, tuple) else (out,)
+
+    for index, ctx in enumerate(contexts):
+        complex_instance = _is_complex(ctx)
+        if complex_instance and not pub.complex:
+            continue
+        inputs = [jnp.asarray(ctx.env[s.name]) for s in d.inputs]
+        try:
+            with gauge.disabled():
+                out, pullback = jax.vjp(call, *inputs)
+                values = forward_outputs(d, tuple(np.asarray(o) for o in out), np)
+                residual = identity_residual(d, ctx, values)
+                if not residual <= 1e-7:
+                    problems.append(f"{path}: the forward of {op.name} does not satisfy the identities (relative "
+                                    f"residual {residual:.2e}, instance {index}): check its outputs' order and conventions")
+                    continue
+                env = dict(ctx.env)
+                env.update(values)
+                # JAX transposes without conjugating: its cotangents are the conjugates of the
+                # derivation's (Re <G, dX> = Re tr(G^H dX))
+                cotangents = tuple(jnp.zeros_like(value) if o.constant else
+                                   jnp.conj(jnp.asarray(_public_form(ctx.cotangents["g" + by_code[o.name].name], o.form)))
+                                   for o, value in zip(pub.outputs, out))
+                got = [jnp.conj(g) for g in pullback(cotangents)]
+                vjp = d.vjp if complex_instance or d.real_vjp is None else d.real_vjp
+                for s, g in zip(d.inputs, got):
+                    err = _relative_error(np.asarray(g), evaluate(vjp.raw["g" + s.name], env, ctx.dims))
+                    if not err <= TOLERANCE:
+                        problems.append(f"{path}: jax.vjp of {op.name}: g{s.name} differs from the derived VJP by "
+                                        f"{err:.2e} (relative) on audit instance {index}")
+                tangents = tuple(jnp.asarray(ctx.env["d" + s.name]) for s in d.inputs)
+                _, dout = jax.jvp(call, tuple(inputs), tangents)
+                jvp = d.jvp if complex_instance or d.real_jvp is None else d.real_jvp
+                for o, t in zip(pub.outputs, dout):
+                    if o.constant:
+                        continue
+                    want = _public_form(evaluate(jvp.raw["d" + by_code[o.name].name], env, ctx.dims), o.form)
+                    err = _relative_error(np.asarray(t), want)
+                    if not err <= TOLERANCE:
+                        problems.append(f"{path}: jax.jvp of {op.name}: d{o.public} differs from the derived JVP by "
+                                        f"{err:.2e} (relative) on audit instance {index}")
+        except Exception as exc:
+            problems.append(f"{path}: {op.name} raised {type(exc).__name__}: {exc} (instance {index})")
+
+
 #: Backend.verifier -> how its generated module is run
-VERIFIERS = {"array": _verify_array_module, "torch": _verify_torch_module}
+VERIFIERS = {"array": _verify_array_module, "torch": _verify_torch_module, "jax": _verify_jax_module}
 
 
 def _load(path, text, name, problems):

@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from .gauge import tangent_split_error
+
 __all__ = [
     "check",
     "check_tangent",
@@ -214,17 +216,10 @@ def reciprocal(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
 
 
 def _clusters_of(mask: torch.Tensor) -> list[list[int]]:
-    """The clusters (index lists, size >= 2) of one matrix's mask."""
-    n = mask.shape[-1]
-    seen, out = set(), []
-    for i in range(n):
-        if i in seen:
-            continue
-        members = [i] + [int(j) for j in mask[i].nonzero().flatten().tolist() if int(j) != i]
-        if len(members) > 1:
-            out.append(sorted(set(members)))
-        seen.update(members)
-    return out
+    """The clusters (index lists, size >= 2) of one matrix's mask (:func:`~adjointgen.runtime.gauge.clusters_of`)."""
+    from .gauge import clusters_of
+
+    return clusters_of(mask.cpu().numpy())
 
 
 def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.Tensor | None, *cotangents,
@@ -284,21 +279,6 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
 
 
 # ------------------------------------------------------------------ forward mode at clusters
-def tangent_split_error(op: str, members, where: str = ""):
-    """The error of a forward-mode derivative whose direction splits a cluster."""
-    from .gauge import DegenerateSubspaceError
-
-    return DegenerateSubspaceError(
-        f"{op}: a forward-mode derivative (jvp, jacfwd, hessian, jvp of a gradient) at a cluster of equal values "
-        f"({where}indices {list(members)} are equal within the cluster tolerance) along a direction that splits it: "
-        f"the direction's block on the cluster (V^H dA V, for the SVD the symmetric part of U^H dA V) is not a "
-        f"multiple of the identity, so the values' tangents and the basis inside the cluster are not defined. A "
-        f"tangent cannot carry what a loss invariant under the cluster's rotations needs (its block), and forward "
-        f"mode cannot see which loss follows. Use reverse mode (torch.autograd.grad, torch.func.grad, jacrev), "
-        f"which checks the loss, adjointgen.torch.funm for a matrix function, or broadening= for a biased finite "
-        f"surrogate; set the tolerance with cluster_rtol=")
-
-
 def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.Tensor, rtol=None) -> None:
     """Raise :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` when a JVP's projected
     tangent ``X`` (the operand of a masked pairwise quotient: ``V^H dA V``) splits a cluster.

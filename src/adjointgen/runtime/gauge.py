@@ -169,3 +169,33 @@ def check_zero_values(op: str, gS, zero) -> None:
                 "differentiable, and the singular vectors that would carry the gradient of, e.g., U diag(S) Vh "
                 "are free there; use a loss that is smooth in A (such as S.square().sum()), or differentiate A "
                 "directly. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+
+
+def clusters_of(mask) -> list[list[int]]:
+    """The clusters (index lists, size >= 2) of one ``(n, n)`` boolean mask of equal pairs (a NumPy
+    array, or anything ``numpy.asarray`` takes)."""
+    import numpy
+
+    mask = numpy.asarray(mask)
+    seen, out = set(), []
+    for i in range(mask.shape[-1]):
+        if i in seen:
+            continue
+        members = sorted({i, *(int(j) for j in numpy.flatnonzero(mask[i]))})
+        if len(members) > 1:
+            out.append(members)
+        seen.update(members)
+    return out
+
+
+def tangent_split_error(op: str, members, where: str = ""):
+    """The error of a forward-mode derivative whose direction splits a cluster."""
+    return DegenerateSubspaceError(
+        f"{op}: a forward-mode derivative (jvp, jacfwd, hessian, jvp of a gradient) at a cluster of equal values "
+        f"({where}indices {list(members)} are equal within the cluster tolerance) along a direction that splits it: "
+        f"the direction's block on the cluster (V^H dA V, for the SVD the symmetric part of U^H dA V) is not a "
+        f"multiple of the identity, so the values' tangents and the basis inside the cluster are not defined. A "
+        f"tangent cannot carry what a loss invariant under the cluster's rotations needs (its block), and forward "
+        f"mode cannot see which loss follows. Use reverse mode (torch.autograd.grad, torch.func.grad, jax.grad, "
+        f"jacrev), which checks the loss, the library's funm for a matrix function, or broadening= for a biased finite "
+        f"surrogate; set the tolerance with cluster_rtol=")

@@ -90,15 +90,13 @@ def check_tangent(xp, op, X, denominator, d, rtol=None):
     bad = off & ((xp.abs(X) > tol) | (spread > tol))
     if not bool(bad.any()):
         return
-    import torch
-
-    from .degeneracy import _clusters_of, tangent_split_error
+    from .gauge import clusters_of, tangent_split_error
 
     to_host = cupy.asnumpy if is_cupy(xp) else numpy.asarray
     flat_bad = to_host(bad).reshape(-1, n, n)
     flat_off = numpy.broadcast_to(to_host(off), bad.shape).reshape(-1, n, n)
     b = int(numpy.flatnonzero(flat_bad.any(axis=(-2, -1)))[0])
-    members = next(c for c in _clusters_of(torch.tensor(flat_off[b]))
+    members = next(c for c in clusters_of(flat_off[b])
                    if flat_bad[b][numpy.ix_(c, c)].any())
     raise tangent_split_error(op, members, f"batch index {b}, " if flat_bad.shape[0] > 1 else "")
 

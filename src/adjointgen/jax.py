@@ -1,0 +1,44 @@
+"""adjointgen's operations for JAX: ``import adjointgen.jax as agj``.
+
+``agj.eigh(A)``, ``agj.eigh_generalized(A, B)``, ``agj.svd(A)``, ``agj.pinv(A)``,
+``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.slogdet(A)``: each is
+``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode is JAX's
+transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``,
+``grad``, ``jvp``, ``jacfwd``, ``jacrev``, ``hessian`` and ``linearize`` all work.  The rule
+functions (``agj.eigh_jvp``, ``agj.eigh_vjp``, ...) are here too, on ``jax.numpy`` arrays.
+
+Gauges: where a loss depends on the basis inside a cluster of equal values (or on a complex phase),
+reverse mode returns NaN for those batch elements, or a ``jax.experimental.checkify`` error inside
+:func:`checks_with_checkify`; see :mod:`adjointgen.runtime.jax`.  Needs ``pip install adjointgen[jax]``.
+"""
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+from . import generated as _generated
+from .runtime.jax import checks_with_checkify
+
+_RULE_SUFFIXES = ("_jvp", "_vjp", "_vjp_factors", "_jvp_complex", "_vjp_complex", "_vjp_checked",
+                  "_vjp_complex_checked", "_gauge")
+
+
+def _functions():
+    package = _importlib.import_module(f"{_generated.__name__}.jax")
+    found = {}
+    for info in sorted(_pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = _importlib.import_module(f"{package.__name__}.{info.name}")
+        names = [info.name] if hasattr(module, "RULES") else []
+        names += [info.name + suffix for suffix in _RULE_SUFFIXES]
+        for name in names:
+            if callable(getattr(module, name, None)):
+                found[name] = getattr(module, name)
+    return found
+
+
+_FUNCTIONS = _functions()
+globals().update(_FUNCTIONS)
+__all__ = sorted([*_FUNCTIONS, "checks_with_checkify"])
+del _FUNCTIONS
+
+
+def __dir__():
+    return list(__all__)
