@@ -8,14 +8,15 @@ transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit
 functions (``agj.eigh_jvp``, ``agj.eigh_vjp``, ...) are here too, on ``jax.numpy`` arrays.
 
 Gauges: where a loss depends on the basis inside a cluster of equal values (or on a complex phase),
-reverse mode returns NaN for those batch elements, or a ``jax.experimental.checkify`` error inside
-:func:`checks_with_checkify`; see :mod:`adjointgen.runtime.jax`.  Needs ``pip install adjointgen[jax]``.
+its gradient does not exist: outside ``jit`` reverse mode raises ``DegenerateSubspaceError`` (or
+``PhaseDependentLossError``), under ``jit`` it returns NaN for those batch elements (or raises
+within :func:`errors_in_jit`); see :mod:`adjointgen.runtime.jax`.  Needs ``pip install adjointgen[jax]``.
 """
 import importlib as _importlib
 import pkgutil as _pkgutil
 
 from . import generated as _generated
-from .runtime.jax import checks_with_checkify
+from .runtime.jax import errors_in_jit
 
 _RULE_SUFFIXES = ("_jvp", "_vjp", "_vjp_factors", "_jvp_complex", "_vjp_complex", "_vjp_checked",
                   "_vjp_complex_checked", "_gauge")
@@ -36,7 +37,7 @@ def _functions():
 
 _FUNCTIONS = _functions()
 globals().update(_FUNCTIONS)
-__all__ = sorted([*_FUNCTIONS, "checks_with_checkify"])
+__all__ = sorted([*_FUNCTIONS, "errors_in_jit"])
 del _FUNCTIONS
 
 

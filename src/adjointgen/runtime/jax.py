@@ -18,8 +18,12 @@ pass through an identity whose transpose is custom (``jax.lax.custom_linear_solv
 derived gauge residuals (the rules ``<op>_vjp_checked`` return them) are evaluated on the
 cotangents, and a batch element whose loss depends on the gauge (the basis inside a cluster of
 equal values, the individual values of a cluster, a complex phase) gets NaN cotangents, so exactly
-the gradients that do not exist are NaN and never a finite wrong value.  With
-:func:`checks_with_checkify` on, the same condition is a ``jax.experimental.checkify`` check instead.
+the gradients that do not exist are NaN and never a finite wrong value.  Outside ``jit`` it also
+raises :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` or
+:class:`~adjointgen.runtime.gauge.PhaseDependentLossError`, as the torch side does (a host callback
+in the transposed program); under ``jit`` only within :func:`errors_in_jit`, since a callback is a
+host round trip.  ``jax.experimental.checkify`` has no rule for ``custom_linear_solve``, so the
+check cannot be a checkify check.
 In forward mode, a concrete tangent that splits a cluster raises
 :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` as on the torch side.
 
@@ -28,6 +32,7 @@ Imports JAX, NumPy and the library-free :mod:`adjointgen.runtime` modules; never
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import jax
@@ -41,13 +46,13 @@ from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, 
 from .xp import shifted_solve, zero_where_negligible
 
 __all__ = [
-    "add_diag", "array_module", "assemble", "broadcast_batch", "check_tangent", "checks_with_checkify", "cluster_mask",
+    "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
     "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
     "symmetrized", "zero_where_negligible", "check_finite_outputs",
 ]
 
-_CHECKIFY = False
+_RAISE_IN_JIT = False
 
 
 def array_module(*arrays):
@@ -131,6 +136,11 @@ def inputs(op: str, named, *, square, complex_ok: bool):
     return out
 
 
+def adjoint(x):
+    """``x^H``: an output returned in adjoint form (``Vh``) in the form the rules take (``V``)."""
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
 def broadcast_batch(*xs):
     """The arrays with their batch dimensions (all but the last two) broadcast to one shape."""
     batch = jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
@@ -152,29 +162,29 @@ def check_finite_outputs(op: str, what: str, *xs) -> None:
 
 # ---------------------------------------------------------------- forward mode at clusters
 def check_tangent(xp, op, X, denominator, d, rtol=None):
-    """Raise :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` when a concrete projected
-    tangent ``X`` splits a cluster of equal ``d`` (see
-    :func:`adjointgen.runtime.degeneracy.check_tangent` for why); traced tangents (``grad``,
-    ``jit``) are left to the reverse-mode check of :func:`gauge_checked`."""
-    if not gauge.enabled() or not is_concrete(X, d) or d.shape[-1] < 2 or X.size == 0:
-        return
-    X, d, denominator = numpy.asarray(X), numpy.asarray(d), numpy.asarray(denominator)
-    from .xp import check_tangent as host_check
-
-    host_check(numpy, op, X, denominator, d, rtol)
+    """``X``, the projected tangent of a JVP at the operand of a masked pairwise quotient
+    (``V^H dA V``), checked not to split a cluster of equal ``d`` (see
+    :func:`adjointgen.runtime.degeneracy.check_tangent` for why): a concrete ``X`` that splits one
+    raises :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError`; a traced one (``jit``,
+    ``jacfwd``) gets NaN in the batch elements that split one.  A primitive, so that reverse mode
+    transposes it as the identity (the reverse-mode check is :func:`gauge_checked`'s)."""
+    if not gauge.enabled() or d.shape[-1] < 2 or X.size == 0:
+        return X
+    return _tangent_p.bind(X, denominator, d, op=op, rtol=rtol)
 
 
 # ---------------------------------------------------------------- dispatch and the reverse-mode gauge check
 @contextlib.contextmanager
-def checks_with_checkify(flag: bool = True):
-    """Within this block, functions traced make a gauge violation a ``checkify`` check (run them
-    under ``jax.experimental.checkify.checkify``) instead of NaN cotangents."""
-    global _CHECKIFY
-    old, _CHECKIFY = _CHECKIFY, flag
+def errors_in_jit(flag: bool = True):
+    """Within this block, functions traced under ``jit`` raise on a gauge violation in reverse mode
+    too (a host callback, which JAX reports as ``JaxRuntimeError`` carrying the message), instead
+    of only NaN cotangents.  Outside ``jit`` they always raise."""
+    global _RAISE_IN_JIT
+    old, _RAISE_IN_JIT = _RAISE_IN_JIT, flag
     try:
         yield
     finally:
-        _CHECKIFY = old
+        _RAISE_IN_JIT = old
 
 
 def _complex(rules: Rules, env: dict) -> bool:
@@ -196,52 +206,146 @@ def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...]) -> tuple:
 
 def gauge_checked(rules, env, checked, residuals, tangents, cotangent_names):
     """``tangents`` unchanged; in reverse mode, the cotangents that reach them are checked against
-    the derived gauge residuals of ``checked`` (NaN where the loss depends on the gauge, or a
-    checkify check).
+    the derived gauge residuals of ``checked``: an error raised where the values are concrete
+    (outside ``jit``; within :func:`errors_in_jit` also under it), and NaN for the batch elements
+    whose loss depends on the gauge where they are traced.
 
-    The tangents travel as one flat vector through ``jax.lax.custom_linear_solve`` with the identity
-    as its matrix: its transpose is the check.  One vector, and the rules' values held constant
-    (``stop_gradient``: the check's verdict is piecewise constant), because that primitive's own
-    JVP cannot take a symbolic zero tangent for part of its operands (a loss that uses ``w`` but not
-    ``V``, differentiated twice)."""
-    tangents = tuple(tangents)
-    dtype = jnp.result_type(*tangents)
-    layout = [(t.shape, t.dtype, t.size) for t in tangents]
-    flat = jnp.concatenate([t.astype(dtype).reshape(-1) for t in tangents])
-    held = {k: (lax.stop_gradient(v) if isinstance(v, jax.Array) else v) for k, v in env.items()}
+    Two primitives carry it: ``adjointgen_gauge_hook`` is the identity on the tangents, and its
+    transpose is ``adjointgen_gauge_check`` on the cotangents.  The check's own derivative passes
+    the tangents of the cotangents through (NaN where its verdict is), since the verdict is
+    piecewise constant; so second derivatives (``hessian``, ``check_grads(order=2)``) work and check
+    the first-order cotangent only."""
+    # what the checked VJP and the residuals' checks read, but the cotangents they are given
+    needed = {*checked.args, *checked.keywords, *(r.vector for r in residuals if r.vector)} - set(cotangent_names)
+    names = tuple(k for k in sorted(needed) if isinstance(env.get(k), jax.Array))
+    static = tuple((k, env.get(k)) for k in sorted(needed) if not isinstance(env.get(k), jax.Array))
+    check = _Check(rules, checked, residuals, tuple(cotangent_names), names, static)
+    held = [lax.stop_gradient(env[k]) for k in names]  # the verdict is piecewise constant
+    return tuple(_hook_p.bind(*tangents, *held, check=check, count=len(tangents)))
 
-    def unpack(x):
-        out, start = [], 0
-        for shape, dt, size in layout:
-            piece = x[start:start + size].reshape(shape)
-            out.append(piece if jnp.iscomplexobj(jnp.zeros((), dt)) else jnp.real(piece).astype(dt))
-            start += size
-        return out
 
-    def pack(xs):
-        return jnp.concatenate([x.astype(dtype).reshape(-1) for x in xs])
+class _Check:
+    """The static part of one check (hashed by identity): the rules and the names of the held
+    values passed to the primitives as operands."""
 
-    def identity(x):
-        return x
+    def __init__(self, rules, checked, residuals, cotangent_names, names, static):
+        self.rules, self.checked, self.residuals = rules, checked, residuals
+        self.cotangent_names, self.names, self.static = cotangent_names, names, static
 
-    def forward(_, b):
-        return b
+    def env(self, held) -> dict:
+        return dict(self.static, **dict(zip(self.names, held)))
 
-    def transpose(_, g):
-        # JAX's cotangents are the conjugates of the rules' (Re tr(G^H dX))
-        cotangents = tuple(jnp.conj(c) for c in unpack(g))
-        bad = _violations(rules, held, checked, residuals, cotangents, cotangent_names)
-        if bad is None:
-            return g
-        if _CHECKIFY:
-            from jax.experimental import checkify
+    def bad(self, cotangents, held):
+        """Per batch element, whether the loss depends on the gauge (JAX's cotangents are the
+        conjugates of the rules', ``Re tr(G^H dX)``); ``None``: nothing to check."""
+        return _violations(self.rules, self.env(held), self.checked, self.residuals,
+                           tuple(jnp.conj(c) for c in cotangents), self.cotangent_names)
 
-            checkify.check(~jnp.any(bad), f"{rules.op}: the loss depends on the gauge (the basis inside a cluster of "
-                           "equal values, their individual values, or a complex phase), so its gradient does not exist")
-            return g
-        return pack([jnp.where(bad.reshape(bad.shape + (1,) * (c.ndim - bad.ndim)), jnp.nan, c) for c in unpack(g)])
 
-    return tuple(unpack(lax.custom_linear_solve(identity, flat, forward, transpose)))
+def _poison(bad, values):
+    return [jnp.where(bad.reshape(bad.shape + (1,) * (v.ndim - bad.ndim)), jnp.nan, v) for v in values]
+
+
+def _make_primitives():
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    hook_p = Primitive("adjointgen_gauge_hook")
+    check_p = Primitive("adjointgen_gauge_check")
+    hook_p.multiple_results = check_p.multiple_results = True
+
+    def shapes(*args, check, count):
+        return [jax.core.ShapedArray(x.shape, x.dtype) for x in args[:count]]
+
+    def traced_check(*args, check, count):
+        cotangents, held = list(args[:count]), args[count:]
+        found = check.bad(cotangents, held)
+        if found is None:
+            return cotangents
+        bad, phase, cluster = found
+        if _RAISE_IN_JIT:
+            jax.debug.callback(functools.partial(_raise, check.rules.op), phase, cluster)
+        return _poison(bad, cotangents)
+
+    def eager_check(*args, check, count):
+        cotangents, held = list(args[:count]), args[count:]
+        found = check.bad(cotangents, held)
+        if found is not None:
+            _raise(check.rules.op, *found[1:])
+        return cotangents
+
+    def batched(p):
+        def rule(args, dims, **params):
+            size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+            args = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+            return p.bind(*args, **params), [0] * params["count"]
+        return rule
+
+    hook_p.def_impl(lambda *args, check, count: list(args[:count]))
+    hook_p.def_abstract_eval(shapes)
+    mlir.register_lowering(hook_p, mlir.lower_fun(lambda *args, check, count: list(args[:count]), multiple_results=True))
+    batching.primitive_batchers[hook_p] = batched(hook_p)
+
+    def hook_jvp(primals, tangents, *, check, count):
+        # the hook is linear, and an outer derivative's cotangents are not a loss's: plain identity
+        out = hook_p.bind(*primals, check=check, count=count)
+        return out, [ad.instantiate_zeros(t) for t in tangents[:count]]
+
+    def hook_transpose(cts, *args, check, count):
+        held = args[count:]
+        cts = [ad.instantiate_zeros(c) if type(c) is ad.Zero else c for c in cts]
+        cts = [jnp.zeros(a.aval.shape, a.aval.dtype) if type(c) is ad.Zero else c for c, a in zip(cts, args)]
+        return [*check_p.bind(*cts, *held, check=check, count=count), *([None] * len(held))]
+
+    ad.primitive_jvps[hook_p] = hook_jvp
+    ad.primitive_transposes[hook_p] = hook_transpose
+
+    check_p.def_impl(eager_check)
+    check_p.def_abstract_eval(shapes)
+    mlir.register_lowering(check_p, mlir.lower_fun(traced_check, multiple_results=True))
+    batching.primitive_batchers[check_p] = batched(check_p)
+
+    def check_jvp(primals, tangents, *, check, count):
+        out = check_p.bind(*primals, check=check, count=count)
+        found = check.bad(list(primals[:count]), primals[count:])
+        dts = [ad.instantiate_zeros(t) for t in tangents[:count]]
+        return out, (dts if found is None else _poison(found[0], dts))
+
+    ad.primitive_jvps[check_p] = check_jvp
+
+    tangent_p = Primitive("adjointgen_tangent_check")
+
+    def tangent_impl(X, denominator, d, *, op, rtol):
+        from .xp import check_tangent as host_check
+
+        host_check(numpy, op, numpy.asarray(X), numpy.asarray(denominator), numpy.asarray(d), rtol)
+        return X
+
+    def tangent_traced(X, denominator, d, *, op, rtol):
+        off = negligible(jnp, denominator, d, rtol) & ~jnp.eye(X.shape[-1], dtype=bool)
+        from .xp import split_pairs
+
+        bad = jnp.any(split_pairs(jnp, X, off), axis=(-2, -1))
+        return jnp.where(bad[..., None, None], jnp.nan, X)
+
+    def tangent_batched(args, dims, **params):
+        size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+        args = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+        return tangent_p.bind(*args, **params), 0
+
+    def tangent_jvp(primals, tangents, *, op, rtol):
+        return tangent_p.bind(*primals, op=op, rtol=rtol), ad.instantiate_zeros(tangents[0])
+
+    def tangent_transpose(ct, X, denominator, d, *, op, rtol):
+        return [ct, None, None]
+
+    tangent_p.def_impl(tangent_impl)
+    tangent_p.def_abstract_eval(lambda X, denominator, d, **_: jax.core.ShapedArray(X.shape, X.dtype))
+    mlir.register_lowering(tangent_p, mlir.lower_fun(tangent_traced, multiple_results=False))
+    batching.primitive_batchers[tangent_p] = tangent_batched
+    ad.primitive_jvps[tangent_p] = tangent_jvp
+    ad.primitive_transposes[tangent_p] = tangent_transpose
+    return hook_p, check_p, tangent_p
 
 
 def _violations(rules, env, checked, residuals, cotangents, names):
@@ -250,7 +354,7 @@ def _violations(rules, env, checked, residuals, cotangents, names):
     :func:`adjointgen.runtime.gauge.check`); ``None`` when there is nothing to check."""
     env = dict(env, **dict(zip(names, cotangents)))
     values = dict(zip((*rules.outputs, *(r.output for r in residuals)), checked(env)))
-    bad = None
+    bad, phase, cluster = None, False, False
     for r in residuals:
         cot = [env[c] for c in r.cotangents]
         residual = values[r.output]
@@ -259,6 +363,7 @@ def _violations(rules, env, checked, residuals, cotangents, names):
         norms = sum(jnp.sqrt(jnp.sum(jnp.abs(g) ** 2, axis=-2)) for g in cot)
         if r.vector is None:  # a phase residual, one per column
             flag = jnp.any(jnp.abs(residual) > math.sqrt(eps) * norms + tiny, axis=-1)
+            phase = phase | jnp.any(flag)
         else:
             clusters = cluster_mask(jnp, env[r.vector], env.get("cluster_rtol"))
             scale = norms[..., :, None] + norms[..., None, :]
@@ -268,5 +373,25 @@ def _violations(rules, env, checked, residuals, cotangents, names):
                 level = jnp.max(jnp.abs(g), axis=-1, keepdims=True)[..., None] if g.shape[-1] else 0
                 spread = jnp.abs(g[..., :, None] - g[..., None, :])
                 flag = flag | jnp.any(clusters & (spread > math.sqrt(eps) * level + tiny), axis=(-2, -1))
+            cluster = cluster | jnp.any(flag)
         bad = flag if bad is None else bad | flag
-    return bad
+    return None if bad is None else (bad, phase, cluster)
+
+
+def _raise(op, phase, cluster):
+    """The host side of the reverse-mode check: the torch side's error classes and advice."""
+    if bool(cluster):
+        raise gauge.DegenerateSubspaceError(
+            f"{op}: the loss depends on the basis chosen inside a cluster of equal values, or on the individual "
+            "values of a cluster, so its gradient does not exist: use a loss that depends on a cluster only "
+            "through its span (the projector onto it) and symmetric functions of its values; set the tolerance "
+            "with cluster_rtol=, use broadening= for a biased finite surrogate, or disable the check with "
+            "adjointgen.runtime.gauge.set_enabled(False)")
+    if bool(phase):
+        raise gauge.PhaseDependentLossError(
+            f"{op}: the loss depends on the phase of a complex vector: complex vectors are defined only up to a "
+            "phase e^{i theta} each, and a loss must be invariant to it (use |x| or x x^H). Disable this check "
+            "with adjointgen.runtime.gauge.set_enabled(False)")
+
+
+_hook_p, _check_p, _tangent_p = _make_primitives()

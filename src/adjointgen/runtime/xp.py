@@ -69,27 +69,21 @@ def zero_where_negligible(xp, values, denominator, d, rtol=None):
 
 
 def check_tangent(xp, op, X, denominator, d, rtol=None):
-    """Raise when a JVP's projected tangent ``X`` splits a cluster of equal ``d`` (its block there is
+    """``X``; raise when a JVP's projected tangent ``X`` splits a cluster of equal ``d`` (its block there is
     not a multiple of the identity): the NumPy/CuPy counterpart of
     :func:`adjointgen.runtime.degeneracy.check_tangent`, which says why.  On the device; the host
     reads one flag (and the matrix, to name the cluster, only when it raises)."""
     from .gauge import enabled
 
     if not enabled() or d.shape[-1] < 2 or X.size == 0:
-        return
+        return X
     n = X.shape[-1]
     off = negligible(xp, denominator, d, rtol) & ~xp.eye(n, dtype=bool)
     if not bool(off.any()):
-        return
-    real = X.real.dtype if X.dtype.kind == "c" else X.dtype
-    eps, tiny = numpy.finfo(real).eps, numpy.finfo(real).tiny
-    level = xp.abs(X).max(axis=(-2, -1), keepdims=True)
-    diag = xp.diagonal(X, 0, -2, -1)
-    spread = xp.abs(diag[..., :, None] - diag[..., None, :])
-    tol = numpy.sqrt(eps) * level + tiny
-    bad = off & ((xp.abs(X) > tol) | (spread > tol))
+        return X
+    bad = split_pairs(xp, X, off)
     if not bool(bad.any()):
-        return
+        return X
     from .gauge import clusters_of, tangent_split_error
 
     to_host = cupy.asnumpy if is_cupy(xp) else numpy.asarray
@@ -99,6 +93,19 @@ def check_tangent(xp, op, X, denominator, d, rtol=None):
     members = next(c for c in clusters_of(flat_off[b])
                    if flat_bad[b][numpy.ix_(c, c)].any())
     raise tangent_split_error(op, members, f"batch index {b}, " if flat_bad.shape[0] > 1 else "")
+
+
+def split_pairs(xp, X, off):
+    """The pairs ``off`` (of one cluster) where the tangent block ``X`` is not a multiple of the
+    identity: an off-diagonal entry or a difference of diagonal entries above ``sqrt(eps)`` of
+    ``max |X|`` (the criterion of :func:`check_tangent`)."""
+    real = X.real.dtype if X.dtype.kind == "c" else X.dtype
+    eps, tiny = numpy.finfo(real).eps, numpy.finfo(real).tiny
+    level = xp.abs(X).max(axis=(-2, -1), keepdims=True)
+    diag = xp.diagonal(X, 0, -2, -1)
+    spread = xp.abs(diag[..., :, None] - diag[..., None, :])
+    tol = numpy.sqrt(eps) * level + tiny
+    return off & ((xp.abs(X) > tol) | (spread > tol))
 
 
 def quotient(xp, numerator, denominator, diagonal, d):
