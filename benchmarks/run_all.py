@@ -30,6 +30,7 @@ BENCHMARKS = [
     ("bench_factorizations", []),
     ("bench_pinv", []),
     ("bench_eigsh", []),
+    ("bench_jax", []),
     ("sweep_funm", []),
 ]
 
@@ -47,7 +48,7 @@ def judged(result, quick: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run; targets not judged)")
-    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, "
+    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, jax, "
                                   "sweep)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None

@@ -12,8 +12,10 @@ def weighted_lstsq(A, W, B):
 
 
 def weighted_lstsq_numpy(A, W, B):
-    """The same for NumPy arrays."""
+    """The same for NumPy, CuPy or JAX arrays (computed with the inputs' own array module, so the
+    generated JAX function traces it under ``jit``)."""
     import numpy as np
 
-    AtW = np.swapaxes(A, -1, -2) @ W
-    return np.linalg.solve(AtW @ A, AtW @ B)
+    xp = A.__array_namespace__() if hasattr(A, "__array_namespace__") else np
+    AtW = xp.swapaxes(A, -1, -2) @ W
+    return xp.linalg.solve(AtW @ A, AtW @ B)

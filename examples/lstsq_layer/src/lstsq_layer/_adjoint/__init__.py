@@ -2,4 +2,4 @@
 # sources: adjointgen/templates/package/__init__.py.j2
 # sha256 of sources: ccd0fd83e892cabaff6e807c36682b4e6684f3de477bc6a8ee24461c08c2b0bf
 # edit the sources and run `adjointgen generate`.
-"""Generated torch and cupy rules, one module per operation: weighted_lstsq."""
+"""Generated torch and cupy and jax rules, one module per operation: weighted_lstsq."""
