@@ -100,14 +100,9 @@ def eigh_generalized(A, B):
 
 def pinv(A, atol=None, rtol=None, hermitian=False):
     """The pseudo-inverse with ``torch.linalg.pinv``'s cutoff (:func:`adjointgen.runtime.xp.pinv`)."""
-    m, n = A.shape[-2:]
-    if rtol is None:
-        rtol = numpy.finfo(A.dtype).eps * max(m, n) if atol is None or atol == 0 else 0.0
-    atol = 0.0 if atol is None else atol
-    U, s, Vh = jnp.linalg.svd(A, full_matrices=False)
-    cutoff = jnp.maximum(atol, rtol * (s[..., :1] if s.shape[-1] else 0))
-    s_inv = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0)
-    return (jnp.conj(jnp.swapaxes(Vh, -1, -2)) * s_inv[..., None, :]) @ jnp.conj(jnp.swapaxes(U, -1, -2))
+    from .xp import pinv_with
+
+    return pinv_with(jnp, A, atol, rtol)
 
 
 # ---------------------------------------------------------------- argument checks

@@ -286,7 +286,11 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     """``torch.linalg.pinv``'s cutoff semantics for NumPy or CuPy arrays: singular values at most
     ``max(atol, rtol * sigma_max)`` are discarded; ``rtol`` defaults to ``eps * max(m, n)`` when
     ``atol`` is not given, else to 0."""
-    xp = array_module(A)
+    return pinv_with(array_module(A), A, atol, rtol)
+
+
+def pinv_with(xp, A, atol=None, rtol=None):
+    """:func:`pinv` on the array module ``xp`` (NumPy, CuPy, ``jax.numpy``)."""
     m, n = A.shape[-2:]
     if rtol is None:
         rtol = numpy.finfo(A.dtype).eps * max(m, n) if atol is None or atol == 0 else 0.0
