@@ -84,7 +84,7 @@ CASES = {
     "eigh": (_invariant_eigh, lambda c: _herm(4, c)),
     "eigh_values": (lambda A: agj.eigh(A)[0], lambda c: _herm(4, c)),
     "eigh_generalized": (lambda A: agj.eigh_generalized(A, _B[jnp.iscomplexobj(A)])[0], lambda c: _herm(4, c)),
-    "svd_tall": (_invariant_svd, lambda c: _separated(5, 3, c)),
+    "svd_tall": (_invariant_svd, lambda c: _separated(4, 2, c)),
     "svd_values": (lambda A: agj.svd(A)[1], lambda c: _separated(3, 4, c)),
     "pinv": (agj.pinv, lambda c: _separated(5, 3, c)),
     "cholesky": (agj.cholesky, lambda c: _spd(4, c)),
@@ -161,17 +161,17 @@ def test_values_match_jax_numpy_and_the_torch_side():
 
 
 def test_gradients_match_jax_numpy_where_both_are_defined():
-    H = _herm(5)
-    M = jnp.asarray(_real(6, 4))
-    W = _weights(5)
+    H = _herm(4)
+    M = jnp.asarray(_real(5, 3))
+    W = _weights(4)
     for ours, theirs, X in [
         (lambda A: jnp.sum(agj.eigh(A)[1] ** 2 * W), lambda A: jnp.sum(jnp.linalg.eigh(A)[1] ** 2 * W), H),
         (lambda A: jnp.sum(agj.svd(A)[1] ** 3), lambda A: jnp.sum(jnp.linalg.svd(A, compute_uv=False) ** 3), M),
-        (lambda A: jnp.sum(agj.cholesky(A) * W), lambda A: jnp.sum(jnp.linalg.cholesky(A) * W), _spd(5)),
-        (lambda A: agj.slogdet(A)[1], lambda A: jnp.linalg.slogdet(A)[1], _spd(5)),
+        (lambda A: jnp.sum(agj.cholesky(A) * W), lambda A: jnp.sum(jnp.linalg.cholesky(A) * W), _spd(4)),
+        (lambda A: agj.slogdet(A)[1], lambda A: jnp.linalg.slogdet(A)[1], _spd(4)),
     ]:
         np.testing.assert_allclose(jax.grad(ours)(X), jax.grad(theirs)(X), rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(jax.hessian(ours)(X), jax.hessian(theirs)(X), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(jax.jit(jax.hessian(ours))(X), jax.hessian(theirs)(X), rtol=1e-8, atol=1e-10)
 
 
 # ------------------------------------------------------------------ degenerate spectra, side by side

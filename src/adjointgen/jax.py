@@ -15,6 +15,11 @@ within :func:`errors_in_jit`); see :mod:`adjointgen.runtime.jax`.  Needs ``pip i
 import importlib as _importlib
 import pkgutil as _pkgutil
 
+try:
+    import jax as _jax  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - depends on the environment
+    raise ImportError("adjointgen.jax needs JAX: pip install 'adjointgen[jax]' (or jax itself)") from _exc
+
 from . import generated as _generated
 from .runtime.jax import errors_in_jit
 
