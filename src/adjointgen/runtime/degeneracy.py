@@ -216,10 +216,18 @@ def reciprocal(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
 
 
 def _clusters_of(mask: torch.Tensor) -> list[list[int]]:
-    """The clusters (index lists, size >= 2) of one matrix's mask (:func:`~adjointgen.runtime.gauge.clusters_of`)."""
-    from .gauge import clusters_of
-
-    return clusters_of(mask.cpu().numpy())
+    """The clusters (index lists, size >= 2) of one matrix's mask (tensor operations: the mask may
+    be a ``torch.func`` tensor, which has no storage to hand NumPy)."""
+    n = mask.shape[-1]
+    seen, out = set(), []
+    for i in range(n):
+        if i in seen:
+            continue
+        members = [i] + [int(j) for j in mask[i].nonzero().flatten().tolist() if int(j) != i]
+        if len(members) > 1:
+            out.append(sorted(set(members)))
+        seen.update(members)
+    return out
 
 
 def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.Tensor | None, *cotangents,
