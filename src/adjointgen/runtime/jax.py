@@ -13,19 +13,19 @@ What a generated JAX module needs beyond its rule functions, written once for ev
   checks the loss against the gauge.
 
 **Gauges in JAX.**  JAX's reverse mode transposes the derived JVP, so the cotangents of the outputs
-reach only the transposed program, where a Python exception cannot be raised.  The output tangents
-pass through an identity whose transpose is custom (``jax.lax.custom_linear_solve``): there the
-derived gauge residuals (the rules ``<op>_vjp_checked`` return them) are evaluated on the
-cotangents, and a batch element whose loss depends on the gauge (the basis inside a cluster of
-equal values, the individual values of a cluster, a complex phase) gets NaN cotangents, so exactly
-the gradients that do not exist are NaN and never a finite wrong value.  Outside ``jit`` it also
+reach only the transposed program.  The output tangents pass through an identity primitive
+(``adjointgen_gauge_hook``) whose transpose is a check primitive (``adjointgen_gauge_check``): there
+the derived gauge residuals (the rules ``<op>_vjp_checked`` return them) are evaluated on the
+cotangents.  Where the values are concrete (outside ``jit``) a loss that depends on the gauge (the
+basis inside a cluster of equal values, the individual values of a cluster, a complex phase)
 raises :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` or
-:class:`~adjointgen.runtime.gauge.PhaseDependentLossError`, as the torch side does (a host callback
-in the transposed program); under ``jit`` only within :func:`errors_in_jit`, since a callback is a
-host round trip.  ``jax.experimental.checkify`` has no rule for ``custom_linear_solve``, so the
-check cannot be a checkify check.
-In forward mode, a concrete tangent that splits a cluster raises
-:class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` as on the torch side.
+:class:`~adjointgen.runtime.gauge.PhaseDependentLossError`, as the torch side does; under ``jit`` the
+batch elements concerned get NaN cotangents, so exactly the gradients that do not exist are NaN and
+never a finite wrong value (:func:`errors_in_jit` adds a host callback that raises, at the price of
+a host round trip).  ``jax.experimental.checkify`` cannot see into these primitives, so the check is
+not a checkify check.  In forward mode, the projected tangent at a masked quotient passes a third
+primitive (``adjointgen_tangent_check``): a tangent that splits a cluster raises where concrete and
+is NaN where traced (``jacfwd``, ``jit``), and reverse mode transposes it as the identity.
 
 Imports JAX, NumPy and the library-free :mod:`adjointgen.runtime` modules; never torch.
 """
