@@ -110,6 +110,7 @@ def _verify_jax_module(op, d, path, text, contexts, problems):
         import jax
     except ImportError:  # the JAX code cannot be run here; its text is still compared
         return
+    _jax_compilation_cache(jax)
     with jax.enable_x64(True):
         module = _load(path, text, f"_adjointgen_verify_{op.name}_{Path(path).parent.name}", problems)
         if module is None:
@@ -117,6 +118,21 @@ def _verify_jax_module(op, d, path, text, contexts, problems):
         _check_rules(op, d, module, contexts, path, problems, to_array=jax.numpy.asarray, to_numpy=np.asarray)
         if op.public is not None and op.public.numpy_forward is not None:
             _check_jax_function(op, d, module, contexts, path, problems, jax)
+
+
+def _jax_compilation_cache(jax) -> None:
+    """JAX compiles every operation it runs eagerly, per shape and dtype: seconds per operation and
+    process.  Unless the process has a compilation cache of its own, keep those compilations in
+    ``$XDG_CACHE_HOME/adjointgen/jax`` (``~/.cache/adjointgen/jax``; ``ADJOINTGEN_JAX_CACHE=0``
+    turns this off), so that a later ``adjointgen generate`` reuses them."""
+    import os
+
+    if os.environ.get("ADJOINTGEN_JAX_CACHE", "1") == "0" or jax.config.jax_compilation_cache_dir:
+        return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(base, "adjointgen", "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def _check_jax_function(op, d, module, contexts, path, problems, jax):
@@ -138,10 +154,12 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
         out = public(*xs)
         return out if isinstance(out, tuple) else (out,)
 
+    seen = set()  # one real and one complex instance: the rule functions ran on all of them
     for index, ctx in enumerate(contexts):
         complex_instance = _is_complex(ctx)
-        if complex_instance and not pub.complex:
+        if (complex_instance and not pub.complex) or complex_instance in seen:
             continue
+        seen.add(complex_instance)
         inputs = [jnp.asarray(ctx.env[s.name]) for s in d.inputs]
         try:
             with gauge.disabled():
