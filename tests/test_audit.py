@@ -155,6 +155,7 @@ def _wrong_replay(replay):
     return dataclasses.replace(replay, args=tuple(args))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["eigh", "funm"])
 def test_every_symbolic_replay_rejects_a_wrong_claim(root, name):
     """The symbolic audit can fail: each step's replay, with its claimed result off by a term (or

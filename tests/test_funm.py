@@ -57,7 +57,7 @@ def rel_err(got, want):
 
 
 # ------------------------------------------------------------------ L against 50 digits
-@pytest.mark.parametrize("name,opts,f", CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("name,opts,f", CASES, ids=[f"{n}{o}" for n, o, _ in CASES])
 def test_divided_differences_match_mpmath_for_every_gap(name, opts, f):
     a, b = table()
     want = [reference_dd(f, p, q) for p, q in zip(a, b)]
@@ -72,7 +72,7 @@ def test_divided_differences_match_mpmath_for_every_gap(name, opts, f):
     assert rel_err(L.flatten().tolist(), sum(Lref, [])) <= 1e-13
 
 
-@pytest.mark.parametrize("name,opts,f", CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("name,opts,f", CASES, ids=[f"{n}{o}" for n, o, _ in CASES])
 def test_second_divided_differences_match_mpmath(name, opts, f):
     rows = []
     for a in (0.3, 1.0, 7.5):

@@ -8,12 +8,14 @@ import pytest
 from adjointgen.codegen import generate as gen
 
 
+@pytest.mark.slow
 def test_generate_check_passes(root):
     r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(root), "generate", "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic(root):
     """Twice in this process (with and without worker processes) and once more by the CLI above,
     which compared its output with the committed files byte for byte."""
@@ -118,6 +120,7 @@ def test_reference_is_in_sync(root):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_symbolic_verdicts_are_reused_only_for_the_same_sources(root, tmp_path):
     """``generate`` reuses the symbolic verdicts recorded for unchanged sources (the checks are
     deterministic); ``--fresh`` recomputes them, and any change to the derivation invalidates them."""
