@@ -29,6 +29,8 @@ OURS = {
     ("linalg.pinv", "singular"): lambda a, b: agt.pinv(a @ b.mT),  # the OpInfo's rank-deficient product
     ("pinverse", ""): lambda A, rcond=1e-15: agt.pinv(A, rtol=rcond),
     ("linalg.slogdet", ""): lambda A: agt.slogdet(A),
+    ("linalg.solve_triangular", ""): lambda A, B, upper, left=True, unitriangular=False: agt.solve_triangular(
+        A, B, upper=upper, left=left, unitriangular=unitriangular),
 }
 DTYPES = (torch.float64, torch.complex128)
 QUICK_PER_GROUP = 3

@@ -19,13 +19,14 @@ from .generated.torch import inv as _inv
 from .generated.torch import qr as _qr
 from .generated.torch import slogdet as _slogdet
 from .generated.torch import solve as _solve
+from .generated.torch import solve_triangular as _solve_triangular
 from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "slogdet", "solve", "sqrtm",
-           "svd", "svds"]
+__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "slogdet", "solve",
+           "solve_triangular", "sqrtm", "svd", "svds"]
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
@@ -107,6 +108,35 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tenso
     if vector:
         return _solve.solve(A, B.unsqueeze(-1)).squeeze(-1)
     return _solve.solve(A, B)
+
+
+def solve_triangular(A: torch.Tensor, B: torch.Tensor, *, upper: bool, left: bool = True,
+                     unitriangular: bool = False) -> torch.Tensor:
+    """Solution of ``A X = B`` (``left=False``: ``X A = B``) for triangular ``A``, as
+    :func:`torch.linalg.solve_triangular`: only the triangle ``upper`` names is read (with
+    ``unitriangular=True`` not its diagonal either, taken as ones), and the gradient in ``A`` lies
+    in that triangle; real or complex, batch dimensions broadcast.
+
+    The rule is derived in ``derivations/solve_triangular.py`` for a lower triangular ``A``
+    (``gB = A^-H gX``, ``gA = tril(-gB X^H)``); an upper triangular ``A`` is the lower triangular
+    ``J A J`` (``J`` reverses the order of rows and columns), and ``X A = B`` is ``A^T X^T = B^T``.
+
+    Raises:
+        ValueError: shapes torch rejects (also a ``RuntimeError``, as torch's), NaN/Inf, non-floating
+            dtypes; :class:`adjointgen.SingularMatrixError` for a zero on the diagonal (where torch
+            returns Inf/NaN).
+    """
+    checks.tensor(A, "A")
+    checks.tensor(B, "B")
+    checks.like_torch(torch.linalg.solve_triangular, A, B, upper=upper, left=left, unitriangular=unitriangular)
+    if unitriangular:
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        A = (A.triu(1) if upper else A.tril(-1)) + eye
+    if not left:  # X A = B  <=>  A^T X^T = B^T, with A^T triangular on the other side
+        return solve_triangular(A.mT, B.mT, upper=not upper).mT
+    if upper:  # J A J is lower triangular: (J A J)(J X) = J B
+        return _solve_triangular.solve_triangular(A.flip(-2, -1), B.flip(-2)).flip(-2)
+    return _solve_triangular.solve_triangular(A, B)
 
 
 def qr(A: torch.Tensor, mode: str = "reduced"):

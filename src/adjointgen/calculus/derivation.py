@@ -343,7 +343,8 @@ class Derivation:
         meaningful, the input cotangent is projected with ``sym``, and the generated public
         function checks the symmetry.  ``positive_definite`` implies ``symmetric``; the public
         function checks it (unless the forward declares that it does, see :meth:`forward`).
-        ``lower``/``upper``: a triangular input (and tangent)."""
+        ``lower``/``upper``: a triangular input (and tangent); its VJP is projected onto that
+        triangle (a ``project`` step), and the generated public function reads only that triangle."""
         self._check_name(name)
         s = MatrixSymbol(name, rows, cols)
         self.inputs.append(s)
@@ -1542,6 +1543,17 @@ class Derivation:
                 self._record("project", f"g{s.name} projected onto symmetric matrices: {total}",
                              Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                              check=_dot_product_check(self, s.name, total, symmetric=True),
+                             symbolic=_dot_product_symbolic(self, s.name, total))
+            triangle = "lower" if s.name in self.structure.lower else ("upper" if s.name in self.structure.upper else "")
+            if triangle:
+                # a triangular input's tangent is triangular: its gradient is the same triangle of the
+                # transposed JVP (the other triangle is not an input), without the diagonal if unit
+                mirrored = total if triangle == "lower" else Transpose(total)
+                part = StrictlyLower(mirrored) if triangle == "lower" else Transpose(StrictlyLower(mirrored))
+                total = self._norm(part if s.name in self.structure.unit else sp.MatAdd(part, DiagPart(total)))
+                self._record("project", f"g{s.name} projected onto {triangle} triangular matrices: {total}",
+                             Equation(MatrixSymbol("g" + s.name, *s.shape), total),
+                             check=_dot_product_check(self, s.name, total, symmetric=False),
                              symbolic=_dot_product_symbolic(self, s.name, total))
             if lowrank is not None:
                 self._lowrank(s, unprojected, lowrank, total)

@@ -261,6 +261,7 @@ class InputIR:
     symmetric: bool
     positive_definite: bool  # checked by the public function (False when the forward checks it)
     description: str  # "symmetric positive definite (..., n, n) matrices"
+    triangle: str = ""  # "lower" / "upper": a triangular input, whose other triangle is not read
 
 
 @dataclass(frozen=True)

@@ -773,9 +773,12 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
         pd = s.name in d.positive_definite_inputs
         what = ("symmetric (Hermitian) positive definite" if pd else "symmetric (Hermitian)") if d.field == "complex" and symmetric else (
             "symmetric positive definite" if pd else ("symmetric" if symmetric else ""))
+        triangle = "lower" if s.name in d.structure.lower else ("upper" if s.name in d.structure.upper else "")
+        if triangle:
+            what = f"{triangle} triangular (the other triangle is not read)"
         inputs.append(InputIR(api[s.name], (rows, cols), rows == cols, symmetric,
                               pd and "positive_definite" not in spec.checked,
-                              f"{what + ' ' if what else ''}``(..., {rows}, {cols})`` matrices".strip()))
+                              f"{what + ' ' if what else ''}``(..., {rows}, {cols})`` matrices".strip(), triangle))
     axes: dict[str, list] = {}
     for s in d.inputs:
         for axis, dim in zip((-2, -1), dims_of(s)):

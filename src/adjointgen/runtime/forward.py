@@ -94,6 +94,20 @@ def solve(A, B):
     return torch.linalg.lu_solve(LU, pivots, B), LU, pivots
 
 
+def solve_lower(A, B):
+    """``A^-1 B`` for a lower triangular ``A`` (its upper triangle is not read), as
+    ``torch.linalg.solve_triangular(A, B, upper=False)``; raises :class:`SingularMatrixError` for
+    a zero on the diagonal (torch returns Inf/NaN there)."""
+    diagonal = A.diagonal(dim1=-2, dim2=-1)
+    if not is_traced(diagonal) and diagonal.numel() and bool((diagonal == 0).any()):
+        from .checks import SingularMatrixError
+
+        bad = (diagonal == 0).nonzero()[0].tolist()
+        where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
+        raise SingularMatrixError(f"solve_triangular: A is singular{where}: its diagonal entry {bad[-1]} is zero")
+    return torch.linalg.solve_triangular(A, B, upper=False)
+
+
 def qr(A):
     """Reduced QR ``(Q, R)`` of a tall or square ``A``, as ``torch.linalg.qr(A)`` (LAPACK's signs)."""
     Q, R = torch.linalg.qr(A, mode="reduced")

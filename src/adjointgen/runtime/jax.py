@@ -88,6 +88,14 @@ def svd(A):
     return tuple(jnp.linalg.svd(A, full_matrices=False))
 
 
+def solve_lower(A, B):
+    """``A^-1 B`` for a lower triangular ``A`` (its upper triangle not read); a concrete ``A`` with a
+    zero on the diagonal raises ``ValueError`` (traced, the result is Inf/NaN, as JAX's solves)."""
+    if is_concrete(A) and A.size and bool((jnp.diagonal(A, axis1=-2, axis2=-1) == 0).any()):
+        raise ValueError("solve_triangular: A is singular: a diagonal entry is zero")
+    return solve_triangular(jnp, A, B, lower=True)
+
+
 def eigh_generalized(A, B):
     """``A V = B V diag(w)``, ``V^H B V = I`` through the Cholesky factor of ``B`` (batched)."""
     L = jnp.linalg.cholesky(B)

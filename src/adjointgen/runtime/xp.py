@@ -167,6 +167,16 @@ def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
     return out.reshape(batch + B.shape[-2:])
 
 
+def solve_lower(A, B):
+    """``A^-1 B`` for a lower triangular ``A`` (its upper triangle not read), NumPy or CuPy; raises
+    ``numpy.linalg.LinAlgError`` (as ``xp.linalg.solve``) for a zero on the diagonal."""
+    xp = array_module(A, B)
+    diagonal = xp.diagonal(A, axis1=-2, axis2=-1)
+    if diagonal.size and bool((diagonal == 0).any()):
+        raise numpy.linalg.LinAlgError("solve_triangular: A is singular: a diagonal entry is zero")
+    return solve_triangular(xp, xp.tril(A), B, lower=True)
+
+
 def lu_solve(xp, A, LU, pivots, B, adjoint: bool = False, left: bool = True):
     """``op(A)^-1 B`` or ``B op(A)^-1`` (``op(A) = A^H`` with ``adjoint``) for NumPy/CuPy arrays.  The
     NumPy/CuPy rules receive no factorization (``LU = None``) and solve with ``A``."""
