@@ -29,6 +29,10 @@ OURS = {
     ("linalg.pinv", "singular"): lambda a, b: agt.pinv(a @ b.mT),  # the OpInfo's rank-deficient product
     ("pinverse", ""): lambda A, rcond=1e-15: agt.pinv(A, rtol=rcond),
     ("linalg.slogdet", ""): lambda A: agt.slogdet(A),
+    ("linalg.eigvalsh", ""): lambda A, UPLO="L": agt.eigvalsh(A, UPLO),
+    ("linalg.svdvals", ""): lambda A: agt.svdvals(A),
+    ("linalg.cholesky_ex", ""): lambda A, upper=False: agt.cholesky_ex(A, upper=upper).L,
+    ("linalg.inv_ex", ""): lambda A: agt.inv_ex(A).inverse,
     ("linalg.solve_triangular", ""): lambda A, B, upper, left=True, unitriangular=False: agt.solve_triangular(
         A, B, upper=upper, left=left, unitriangular=unitriangular),
 }

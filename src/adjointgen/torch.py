@@ -26,7 +26,7 @@ from .runtime import checks
 from .runtime import spectral as _spectral
 
 __all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "slogdet", "solve",
-           "solve_triangular", "sqrtm", "svd", "svds"]
+           "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex"]
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
@@ -174,7 +174,7 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
 
 
 
-def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float | None = None,
+def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, UPLO: str = "L", cluster_rtol: float | None = None,
          broadening: float | None = None):
     """Symmetric (Hermitian) eigendecomposition ``A = V diag(w) V^H``, or with ``B`` the
     generalized symmetric-definite problem ``A V = B V diag(w)``, ``V^T B V = I``.
@@ -185,6 +185,8 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float 
             meaningful, so the gradient with respect to ``A`` is symmetric (Hermitian).
         B: optional symmetric (Hermitian) positive definite matrices of the same shape and dtype
             (batch dimensions broadcast); differentiable too (symmetric gradient).
+        UPLO: ``"L"`` or ``"U"``, accepted as :func:`torch.linalg.eigh` does (``eigh(A, "U")``
+            too); ``A`` is checked to be symmetric, so both triangles are the same matrix.
 
     Returns:
         ``(w, V)``: eigenvalues ascending ``(..., n)`` and eigenvectors ``(..., n, n)``,
@@ -200,10 +202,108 @@ def eigh(A: torch.Tensor, B: torch.Tensor | None = None, *, cluster_rtol: float 
         ValueError: ``A`` (or ``B``) not a square floating matrix, not symmetric (within 100 eps
             relative), containing NaN/Inf; ``B`` not positive definite or of another shape.
     """
+    if isinstance(B, str):  # torch.linalg.eigh(A, "U")
+        B, UPLO = None, B
+    _uplo(UPLO)
     checks.degeneracy_options(cluster_rtol, broadening)
     if B is None:
         return _eigh.eigh(A, cluster_rtol=cluster_rtol, broadening=broadening)
     return _eigh_generalized.eigh_generalized(A, B, cluster_rtol=cluster_rtol, broadening=broadening)
+
+
+def _uplo(UPLO) -> None:
+    if UPLO not in ("L", "U"):
+        raise checks.ShapeError(f"UPLO must be 'L' or 'U', got {UPLO!r}")
+
+
+def _differentiated(A: torch.Tensor) -> bool:
+    """Whether a gradient (or a torch.func transform) may follow ``A``: then the decomposition
+    with its derived rule runs; else the cheaper values-only LAPACK routine."""
+    if not isinstance(A, torch.Tensor):
+        return False
+    return ((torch.is_grad_enabled() and A.requires_grad) or torch._C._functorch.is_functorch_wrapped_tensor(A)
+            or torch.autograd.forward_ad.unpack_dual(A).tangent is not None)
+
+
+def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, cluster_rtol: float | None = None) -> torch.Tensor:
+    """Eigenvalues of symmetric (Hermitian) matrices, ascending, as :func:`torch.linalg.eigvalsh`.
+
+    Without a gradient to follow this is ``torch.linalg.eigvalsh`` (no eigenvectors); with one it
+    is ``eigh(A)[0]``, differentiated by the rule derived in ``derivations/eigh.py``
+    (``gA = V diag(gw) V^H``).  At a cluster of equal eigenvalues a loss that depends on them only
+    symmetrically (their sum, any symmetric function) gets its exact gradient, and one that depends
+    on an individual eigenvalue of the cluster, which is not differentiable there, raises
+    :class:`adjointgen.DegenerateSubspaceError` (torch returns one of its one-sided derivatives).
+
+    Raises:
+        ValueError: as :func:`eigh` (not square, not symmetric, NaN/Inf, not floating).
+    """
+    _uplo(UPLO)
+    if _differentiated(A):
+        return eigh(A, cluster_rtol=cluster_rtol)[0]
+    checks.matrix_input(A, "A", square=True, symmetric=True, complex_ok=True)
+    return torch.linalg.eigvalsh(A, UPLO=UPLO)
+
+
+def svdvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tensor:
+    """Singular values, descending, as :func:`torch.linalg.svdvals` (``(..., min(m, n))``).
+
+    Without a gradient to follow this is ``torch.linalg.svdvals``; with one it is
+    ``svd(A, full_matrices=False)[1]``, differentiated by the rule derived in
+    ``derivations/svd.py`` (``gA = U diag(gS) V^H``), with the same guarantees at clusters as
+    :func:`eigvalsh` and an error (instead of a subgradient) for a loss on a zero singular value of
+    a rank-deficient rectangular matrix.
+
+    Raises:
+        ValueError: not a floating matrix, NaN/Inf.
+    """
+    if _differentiated(A):
+        return svd(A, full_matrices=False, cluster_rtol=cluster_rtol)[1]
+    checks.matrix_input(A, "A", square=False, complex_ok=True)
+    return torch.linalg.svdvals(A)
+
+
+def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = False):
+    """``(L, info)`` as :func:`torch.linalg.cholesky_ex`: ``info`` (int32, batch-shaped) is 0 where
+    ``A`` is positive definite and the order of the first leading minor that is not otherwise.
+    Where every matrix is positive definite ``L`` is :func:`cholesky`'s, with its derived rule;
+    where one is not, ``check_errors=True`` raises :class:`adjointgen.NotPositiveDefiniteError`,
+    and otherwise the result is torch's own, whose ``L`` (and gradient) are meaningful only where
+    ``info == 0``, as in torch.
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf, not symmetric.
+    """
+    from .runtime.checks import NotPositiveDefiniteError
+
+    try:
+        L = cholesky(A, upper=upper)
+    except NotPositiveDefiniteError:
+        if check_errors:
+            raise
+        return torch.linalg.cholesky_ex(A, upper=upper)
+    return torch.return_types.linalg_cholesky_ex((L, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
+
+
+def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
+    """``(inverse, info)`` as :func:`torch.linalg.inv_ex`: ``info`` (int32, batch-shaped) is 0 where
+    ``A`` is invertible and the index of the first zero pivot of its LU factorization otherwise.
+    Where every matrix is invertible the inverse is :func:`inv`'s, with its derived rule; where one
+    is not, ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the
+    result is torch's own (meaningful only where ``info == 0``, as in torch).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf.
+    """
+    from .runtime.checks import SingularMatrixError
+
+    try:
+        X = inv(A)
+    except SingularMatrixError:
+        if check_errors:
+            raise
+        return torch.linalg.inv_ex(A)
+    return torch.return_types.linalg_inv_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
 
 
 def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None,
