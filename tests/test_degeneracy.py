@@ -106,7 +106,7 @@ def test_laplacian_with_an_automorphism():
     # eigenvalues 0, 0, 0.37, 1, 1, 3, 3, 3.37, 3.37: the five smallest are whole clusters
     assert gradcheck(lambda a: agt.eigh(a)[0][:5].sum(), (L.clone().requires_grad_(),), symmetric=True)
     Lr = L.clone().requires_grad_()
-    with pytest.raises(DegenerateSubspaceError, match=r"\[3, 4\]"):  # the four smallest cut a pair
+    with pytest.raises(DegenerateSubspaceError, match=r"\(indices 3, 4\)"):  # the four smallest cut a pair
         agt.eigh(Lr)[0][:4].sum().backward()
 
 
@@ -155,7 +155,7 @@ def test_second_derivatives_at_exact_degeneracy(f):
 # ------------------------------------------------------------------- ill-defined losses: an error
 def test_a_basis_dependent_loss_raises_naming_the_cluster():
     A = A_DEG.clone().requires_grad_()
-    with pytest.raises(DegenerateSubspaceError, match=r"eigh: .*basis.*\[0, 1\]"):
+    with pytest.raises(DegenerateSubspaceError, match=r"eigh: .*basis.*eigenvalues -?[\d.e-]+, -?[\d.e-]+ \(indices 0, 1\)"):
         (agt.eigh(A)[1] ** 4).sum().backward()
     A = A_DEG.clone().requires_grad_()
     with pytest.raises(DegenerateSubspaceError, match="eigh"):

@@ -23,14 +23,14 @@ def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
             gA, residual, residual_clusters = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
             _gauge.check("svd", residual, gU, gV)
             _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
-                              what="singular values")
+                              what="singular values", values=S)
         else:
             gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=rtol)
         return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=rtol)
     if check:
         gA, residual_clusters = thin.svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
         _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
-                          what="singular values")
+                          what="singular values", values=S)
     else:
         gA = thin.svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=rtol)
     return gA + complement.svd_complement_vjp(U, S, V, U2, gU2, cluster_rtol=rtol)

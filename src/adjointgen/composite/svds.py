@@ -149,7 +149,7 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
     if _gauge.enabled() and _degeneracy.has_clusters(S):
         U, V, gS, gU, gV = _degeneracy.complete("svds", S, (U, V), gS, (gU, gV), what="singular values")
         residual = rules.svds_gauge_clusters(U, S, V, gU, gV)
-        _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), None, gU, gV, what="singular values")
+        _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), None, gU, gV, what="singular values", values=S)
     gram = ctx.gram if ctx.gram is not None and ctx.gram.shape == (A.shape[-1],) * 2 else None
     with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
         return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)

@@ -231,19 +231,20 @@ def _clusters_of(mask: torch.Tensor) -> list[list[int]]:
 
 
 def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.Tensor | None, *cotangents,
-          what: str = "eigenvalues") -> None:
+          what: str = "eigenvalues", values: torch.Tensor | None = None) -> None:
     """Raise :class:`DegenerateSubspaceError` when, inside a cluster of equal ``what``, the loss
     depends on the basis (the derived residual is not zero) or on the individual values (their
-    cotangents ``split`` differ)."""
+    cotangents ``split`` differ); ``values`` (the eigen- or singular values) name the cluster in
+    the message."""
     from .checks import physical
-    from .gauge import DegenerateSubspaceError
+    from .gauge import DegenerateSubspaceError, describe_cluster
 
     if clusters.numel() == 0:
         return
-    plain = physical(residual, clusters, split, *cotangents)
+    plain = physical(residual, clusters, split, values, *cotangents)
     if plain is None:  # a compiler traces the values
         return
-    residual, clusters, split, *cotangents = plain
+    residual, clusters, split, values, *cotangents = plain
     with torch.no_grad():
         if not bool(clusters.any()):
             return
@@ -268,13 +269,16 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
         b = int(flat_bad.any(-1).any(-1).nonzero()[0])
         members = next(c for c in _clusters_of(flat_mask[b]) if bool(flat_bad[b][c][:, c].any()))
         where = f"batch index {b}, " if clusters.dim() > 2 else ""
+        rows = None if values is None else values.detach().reshape(-1, values.shape[-1])
+        named = describe_cluster(members, None if rows is None or not rows.shape[0] else rows[b % rows.shape[0]].cpu(),
+                                 what)
         if bool(bad_basis.reshape(flat_bad.shape)[b].any()):
-            reason = (f"the loss depends on the basis chosen inside the cluster ({where}{what} {members} are equal "
+            reason = (f"the loss depends on the basis chosen inside the cluster ({where}{named} are equal "
                       f"within the cluster tolerance): any rotation of those vectors is as valid, so the loss has "
                       f"no gradient; use a loss that depends on them only through their span (e.g. the "
                       f"projector onto the cluster)")
         else:
-            reason = (f"the loss depends on the individual {what} of a cluster ({where}{what} {members} are equal "
+            reason = (f"the loss depends on the individual {what} of a cluster ({where}{named} are equal "
                       f"within the cluster tolerance), which are not differentiable there; only symmetric "
                       f"functions of a cluster (their sum, the projector onto it) are.  A matrix function written "
                       f"as V diag(f(w)) V^T needs the divided differences of f: use adjointgen.torch.funm.  In a "
@@ -304,10 +308,10 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
     if not enabled() or d.shape[-1] < 2 or X.numel() == 0:
         return
     same = negligible(denominator, d, rtol)
-    plain = physical(X, same)
+    plain = physical(X, same, d)
     if plain is None:  # a compiler traces the values
         return
-    X, same = plain
+    X, same, d = plain
     with torch.no_grad():
         n = X.shape[-1]
         off = same & ~torch.eye(n, dtype=torch.bool, device=same.device)
@@ -327,7 +331,8 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
         b = int(flat_bad.any(-1).any(-1).nonzero()[0])
         members = next(c for c in _clusters_of(flat_same[b].cpu()) if bool(flat_bad[b][c][:, c].any()))
         where = f"batch index {b}, " if flat_bad.shape[0] > 1 else ""
-        raise tangent_split_error(op, members, where)
+        rows = d.detach().reshape(-1, d.shape[-1])
+        raise tangent_split_error(op, members, where, rows[b % rows.shape[0]].cpu() if rows.shape[0] else None)
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters
@@ -441,7 +446,7 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
     Inside a ``torch.func`` transform that batches the values (``vmap``) nothing is re-expressed:
     the split check raises instead (a clear error, never a wrong gradient)."""
     from .checks import is_traced
-    from .gauge import DegenerateSubspaceError
+    from .gauge import DegenerateSubspaceError, describe_cluster
 
     vectors, cotangents = tuple(vectors), tuple(cotangents)
     unchanged = (*vectors, gd, *cotangents)
@@ -492,7 +497,8 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
             if not fits:
                 where = f"batch index {b}, " if len(batch) else ""
                 raise DegenerateSubspaceError(
-                    f"{op}: the loss depends on the individual {what} of a cluster ({where}{what} {members} are "
+                    f"{op}: the loss depends on the individual {what} of a cluster ({where}"
+                    f"{describe_cluster(members, dflat[b].cpu(), what)} are "
                     f"equal within the cluster tolerance), which are not differentiable there, and its cotangents "
                     f"are not those of a function of V diag(f(w)) V^H (U f(S) V^H), whose gradient they would "
                     f"determine; only symmetric functions of a cluster (their sum, the projector onto it), "

@@ -72,5 +72,5 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
         elif broadening is None:
             split = None if r.completes or r.split is None else env[r.split]
             degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,
-                             *cotangents, what=r.what)
+                             *cotangents, what=r.what, values=env[r.vector])
     return tuple(values[name] for name in rules.outputs)

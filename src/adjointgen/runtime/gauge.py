@@ -188,11 +188,21 @@ def clusters_of(mask) -> list[list[int]]:
     return out
 
 
-def tangent_split_error(op: str, members, where: str = ""):
-    """The error of a forward-mode derivative whose direction splits a cluster."""
+def describe_cluster(members, values=None, what: str = "values") -> str:
+    """``"eigenvalues 2, 2 (indices 1, 2)"``: a cluster named by its values (when known) and indices."""
+    indices = ", ".join(str(int(i)) for i in members)
+    if values is None:
+        return f"{what} at indices {indices}"
+    shown = ", ".join(f"{float(values[int(i)]):.6g}" for i in members)
+    return f"{what} {shown} (indices {indices})"
+
+
+def tangent_split_error(op: str, members, where: str = "", values=None):
+    """The error of a forward-mode derivative whose direction splits a cluster (``values``: the
+    values of that matrix of the batch, to name the cluster by them)."""
     return DegenerateSubspaceError(
         f"{op}: a forward-mode derivative (jvp, jacfwd, hessian, jvp of a gradient) at a cluster of equal values "
-        f"({where}indices {list(members)} are equal within the cluster tolerance) along a direction that splits it: "
+        f"({where}{describe_cluster(members, values)} are equal within the cluster tolerance) along a direction that splits it: "
         f"the direction's block on the cluster (V^H dA V, for the SVD the symmetric part of U^H dA V) is not a "
         f"multiple of the identity, so the values' tangents and the basis inside the cluster are not defined. A "
         f"tangent cannot carry what a loss invariant under the cluster's rotations needs (its block), and forward "

@@ -92,7 +92,9 @@ def check_tangent(xp, op, X, denominator, d, rtol=None):
     b = int(numpy.flatnonzero(flat_bad.any(axis=(-2, -1)))[0])
     members = next(c for c in clusters_of(flat_off[b])
                    if flat_bad[b][numpy.ix_(c, c)].any())
-    raise tangent_split_error(op, members, f"batch index {b}, " if flat_bad.shape[0] > 1 else "")
+    rows = to_host(d).reshape(-1, d.shape[-1])
+    raise tangent_split_error(op, members, f"batch index {b}, " if flat_bad.shape[0] > 1 else "",
+                              rows[b % rows.shape[0]] if rows.shape[0] else None)
 
 
 def split_pairs(xp, X, off):
