@@ -283,3 +283,21 @@ def test_a_package_folder_is_never_put_on_the_import_path(tmp_path):
     before = list(sys.path)
     with project.importable():
         assert str(pkg) not in sys.path and sys.path == before
+
+
+@pytest.mark.parametrize("removed", [("set_jvp", "derive_vjp"), ("derive_vjp",)], ids=["no rules", "no VJP"])
+def test_a_half_written_derivation_is_audited_step_by_step_and_says_what_is_missing(tmp_path, removed):
+    folder = tmp_path / "half"
+    assert run("init", str(folder), cwd=tmp_path).returncode == 0
+    path = folder / "derivations" / "cayley.py"
+    path.write_text("\n".join(line for line in path.read_text().splitlines()
+                              if not any(word in line for word in removed)) + "\n")
+    r = run("audit", "cayley", "--numeric-only", cwd=folder)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "differentiate" in r.stdout and "[pass]" in r.stdout
+    assert "INCOMPLETE" in r.stdout and "derive_vjp" in r.stdout
+    assert ("the JVP: d.set_jvp" in r.stdout) == ("set_jvp" in removed)
+    r = run("generate", "cayley", cwd=folder)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "is not finished" in r.stdout + r.stderr and str(path) in r.stdout + r.stderr
+    assert not (folder / "src" / "half" / "_adjoint" / "torch").exists()

@@ -91,7 +91,11 @@ def cmd_audit(args) -> int:
             ok = False
             continue
         print(a.report.to_text())
-        if a.report.passed:
+        missing = gen.missing_steps(a.derivation)
+        if a.report.passed and missing:
+            print(f"  INCOMPLETE: every step so far passes; still missing {'; '.join(missing)}")
+            ok = False
+        elif a.report.passed:
             for rule in (a.derivation.jvp, a.derivation.vjp):
                 if rule is None:
                     continue

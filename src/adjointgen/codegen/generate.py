@@ -364,9 +364,20 @@ def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False, pr
             known = _known_verdicts(project, name, symbolic_key(project, Path(d.path)))
         report = audit(d, symbolic=symbolic, known=known, symbolic_timeout=project.symbolic_timeout,
                        progress=progress)
+    complete = d.jvp is not None and d.vjp is not None
     op = (lower_derivation(d, str(project.root), project.package, label=project.label(d.path))
-          if report.passed and d.error is None else None)
+          if report.passed and d.error is None and complete else None)
     return Audited(d, report, op)
+
+
+def missing_steps(d) -> list[str]:
+    """What a derivation still lacks before rules can be generated from it (empty when finished)."""
+    missing = []
+    if getattr(d, "jvp", None) is None:
+        missing.append("the JVP: d.set_jvp(d<output>=...) with a solved tangent for every output")
+    if getattr(d, "vjp", None) is None:
+        missing.append("the VJP: d.derive_vjp() (after set_jvp)")
+    return missing
 
 
 class GenerationFailed(Exception):
@@ -489,6 +500,11 @@ def _render_operation(project: Project, name: str, verify: bool = True, reuse: b
             return GenerationFailed(str(AuditError(a.report, failed)), a.report.to_text())
         if a.derivation.error is not None:
             return GenerationFailed(a.derivation.error, a.report.to_text())
+        missing = missing_steps(a.derivation)
+        if missing:
+            return GenerationFailed(f"{a.derivation.path}: derivation '{name}' is not finished: every step so far "
+                                    f"passes its audit, and it still needs {'; '.join(missing)} "
+                                    f"(adjointgen audit {name} shows the steps)", a.report.to_text())
         files, texts = _render_files(project, a)
         if verify:
             from .verify import VerificationFailed, verify_generated
