@@ -161,6 +161,22 @@ def test_solve_offdiagonal_derives_reciprocal_gaps():
     assert same(sol.rhs, HadamardProduct(F, R), d.structure)
 
 
+def test_substitute_with_transposed_replaces_the_transpose_of_the_pattern_too():
+    from adjointgen.calculus import Derivation
+
+    d = Derivation("t3", __file__, title="t")
+    m = d.dim("m")
+    Am, Bm, Cm, Pm = (d.input(name, m, m) for name in ("A", "B", "C", "P"))
+    rule = d.identity("A = B C", Am, Bm * Cm)
+    eq = d.identity("an equation with A and A^T", Am + Transpose(Am) * Pm, Pm)
+    plain = d.substitute(eq, rule, "only A")
+    assert same(plain.lhs, Bm * Cm + Transpose(Am) * Pm, d.structure)
+    both = d.substitute(eq, rule, "A and A^T", transposed=True)
+    assert same(both.lhs, Bm * Cm + Transpose(Cm) * Transpose(Bm) * Pm, d.structure)
+    with pytest.raises(DerivationError, match="does not occur"):
+        d.substitute(d.identity("no A", Pm, Pm), rule, "nothing to replace", transposed=True)
+
+
 def test_codegen_rewrites_push_sym_inside_and_factor():
     st = Structure(diagonal={"D"})
     F = _pairwise("Fanti", 1 / (DJ - DI))

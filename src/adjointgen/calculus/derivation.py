@@ -751,14 +751,24 @@ class Derivation:
                      symbolic=_follows(Transpose(eq.residual_expr), new))
         return new
 
-    def substitute(self, eq: Equation, identity: Equation, label="substitute") -> Equation:
-        """Replace every occurrence of the product ``identity.lhs`` by ``identity.rhs``.
+    def substitute(self, eq: Equation, identity: Equation, label="substitute", *, transposed: bool = False) -> Equation:
+        """Replace every occurrence of the product ``identity.lhs`` by ``identity.rhs`` -- and, with
+        ``transposed=True``, also of its transpose ``identity.lhs^T`` by ``identity.rhs^T`` (the
+        identity's transpose holds too: ``A = B C`` then also replaces ``A^T`` by ``C^T B^T``, with no
+        second identity).  Off by default, so that a later step can still substitute the transposed
+        pattern itself.
 
         Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
         check: none (it uses an identity of the decomposition).
         """
         lhs, n1 = algebra.substitute_product(eq.lhs, identity.lhs, identity.rhs, self.structure)
         rhs, n2 = algebra.substitute_product(eq.rhs, identity.lhs, identity.rhs, self.structure)
+        if transposed:
+            pattern, value = self._norm(Transpose(identity.lhs)), self._norm(Transpose(identity.rhs))
+            if pattern != self._norm(identity.lhs):
+                lhs, m1 = algebra.substitute_product(lhs, pattern, value, self.structure)
+                rhs, m2 = algebra.substitute_product(rhs, pattern, value, self.structure)
+                n1, n2 = n1 + m1, n2 + m2
         if n1 + n2 == 0:
             self._fail(label, f"pattern {identity.lhs} does not occur in {eq}")
         new = self._eq(lhs, rhs)
