@@ -359,7 +359,7 @@ class Derivation:
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
                unit_diagonal=False, real_diagonal=False, api=None, public=None, form=None, auxiliary=False,
-               constant=False):
+               constant=False, symmetric=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -374,6 +374,9 @@ class Derivation:
         factorization in a complex derivation (the Cholesky factor's positive diagonal).
         ``auxiliary``: an intermediate the forward returns for the rules (the eigendecomposition of
         ``X = f(A)``), not returned by the public function and without a rule of its own.
+        ``symmetric`` (Hermitian in a complex derivation): the output and its tangent are, so the
+        engine reads ``P^T`` as ``P`` (``P`` of the polar decomposition ``A = U P``), with no identity
+        to state it.
         ``constant``: piecewise constant (the sign of ``det A``, a permutation): its derivative is
         zero wherever it is defined, so it has no tangent and no rule; the public function returns
         it, not differentiable.
@@ -390,6 +393,14 @@ class Derivation:
             self.structure.real_diagonal |= {name, "d" + name}
         if diagonal:
             self.structure.diagonal |= {name, "d" + name, "g" + name}
+        if symmetric:
+            if lower or upper or diagonal:
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: {name}: symmetric with a triangular or "
+                                      "diagonal structure (declare it diagonal)")
+            if rows != cols:
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: {name} is {rows}×{cols}: a symmetric "
+                                      "output must be square")
+            self.structure.symmetric |= {name, "d" + name}
         if orthonormal:
             self.structure.orthonormal[name] = None if orthonormal is True else orthonormal
         self.api_names[name] = api or name
@@ -868,6 +879,48 @@ class Derivation:
         # an identity (orthonormality), not on the definition alone
         uses_identity = transposed and sym.name in self.structure.skew
         self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else replay)
+        return new
+
+    def invert_definition(self, sym: MatrixSymbol, unknown, label=None) -> Equation:
+        """Turn an introduced definition around: from ``X := c L u R + (terms without u)`` (``u``
+        once, between square invertible factors ``L``, ``R``) the equation
+        ``u = L^-1 (X - terms) R^-1 / c`` -- ``dX := V^T U^T dU V`` gives ``dU = U V dX V^T`` for square
+        orthogonal ``U``, ``V`` (the engine writes their inverses as transposes).
+
+        Records: a ``solve`` step.  Numeric check: the residual of the solution on every instance.
+        Symbolic check: none (it rests on the definition and the factors' invertibility).
+        """
+        definitions = dict((s.name, d) for s, d in self.introduced)
+        if sym.name not in definitions:
+            self._fail(label or f"invert the definition of {sym}", f"{sym} was not introduced")
+        definition = definitions[sym.name]
+        label = label or f"invert the definition of {sym.name} for {unknown}"
+        terms = expand(definition, self.structure)
+        mine = [(c, fs) for c, fs in terms if unknown in fs]
+        others = [(c, fs) for c, fs in terms if unknown not in fs]
+        if len(mine) != 1 or mine[0][1].count(unknown) != 1:
+            self._fail(label, f"{unknown} does not appear exactly once, in one term, of {sym.name} := {definition}")
+        c, fs = mine[0]
+        i = fs.index(unknown)
+        left, right = fs[:i], fs[i + 1:]
+        for f in (*left, *right):
+            if f.shape[0] != f.shape[1]:
+                self._fail(label, f"the factor {f} around {unknown} is not square, so it has no inverse: "
+                                  f"project the definition first (left_multiply) or state the solution as an identity")
+        def inverse(f):
+            # a square matrix with orthonormal columns is orthogonal (unitary): its inverse is its transpose
+            base = f.arg if isinstance(f, Transpose) else f
+            if isinstance(base, MatrixSymbol) and base.name in self.structure.orthonormal and base.shape[0] == base.shape[1]:
+                return base if isinstance(f, Transpose) else Transpose(base)
+            return Inverse(f)
+
+        solution = sym - algebra.build(others, sym.shape) if others else sym
+        for f in left:  # (F1 F2)^-1 X = F2^-1 (F1^-1 X)
+            solution = inverse(f) * solution
+        for f in reversed(right):  # X (G1 G2)^-1 = (X G2^-1) G1^-1
+            solution = solution * inverse(f)
+        new = Equation(unknown, self._norm(MatMul(1 / c, solution)))
+        self._record("solve", label, new, check=_equation_check(new), symbolic=None)
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,

@@ -373,9 +373,9 @@ def audit_one(root, name: str, *, symbolic: bool = True, reuse: bool = False, pr
 def missing_steps(d) -> list[str]:
     """What a derivation still lacks before rules can be generated from it (empty when finished)."""
     missing = []
-    if getattr(d, "jvp", None) is None:
+    if d.jvp is None:
         missing.append("the JVP: d.set_jvp(d<output>=...) with a solved tangent for every output")
-    if getattr(d, "vjp", None) is None:
+    if d.vjp is None:
         missing.append("the VJP: d.derive_vjp() (after set_jvp)")
     return missing
 
