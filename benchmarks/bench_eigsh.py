@@ -10,9 +10,10 @@ Losses (both gauge invariant):
     "trace": w.sum() + trace(V^T G V)                  G: fixed random symmetric (dense case: dense
                                                        n x n; sparse case: sparse, about 5 nonzeros a row)
 
-(a) dense random symmetric n = 2000 (quick: 1000), k = 8 largest, float64. Anchor: full
-    torch.linalg.eigh, forward + backward, the same loss on its k largest pairs. The gradient error is
-    relative to that anchor's (symmetrised) gradient.
+(a) dense n = 2000 (quick: 1200), k = 8, float64, on five spectrum families (spectrum_families: Wigner,
+    sample covariance, a graph Laplacian with two components, a power law, a clustered top). Anchor:
+    full torch.linalg.eigh, forward + backward, the same loss on its k extreme pairs. The gradient
+    error is relative to the full agt.eigh's gradient.
 (b) 2-D Laplacian plus a random diagonal potential on a G x G grid (G = 300, n = 90,000; quick:
     G = 100), k = 8 largest, torch sparse CSR. Anchor: scipy.sparse.linalg.eigsh(H, k=8, which='LA')
     forward alone (its defaults: machine-precision tolerance, ncv = 2k + 1). Also the forward alone,
@@ -61,56 +62,98 @@ def summary(times):
     return statistics.median(times), min(times)
 
 
-def dense_case(n, k, repeats, with_lobpcg):
-    g = torch.Generator().manual_seed(0)
+#: families without a gap at the wanted end (module docstring, dense_case)
+SLOW_FAMILIES = ("sample covariance", "graph Laplacian")
+
+
+def spectrum_families(n, g):
+    """Dense symmetric n x n test matrices a user meets, each with the end of the spectrum wanted:
+    name -> (A, largest, what)."""
+    def rotated(values):
+        Q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g))
+        return (Q * values) @ Q.mT
+
     X = torch.randn(n, n, dtype=torch.float64, generator=g)
-    A = (X + X.mT) / 2
+    families = {"Wigner": ((X + X.mT) / 2, True, "(X + X^T)/2, semicircle")}
+    # target <= 0.35 where the wanted end is separated (Krylov converges in a few dozen passes);
+    # <= 1.0 where it is not (no gap at the covariance's edge, the Laplacian's 1e-5 j^2 pairs): there
+    # the direct subset solver runs after the Krylov route gives up
+    X = torch.randn(n, n, dtype=torch.float64, generator=g)
+    families["sample covariance"] = (X @ X.mT / n + torch.eye(n, dtype=torch.float64), True,
+                                     "X X^T/n + I, Marchenko-Pastur: no gap at the top edge")
+    half = n // 2
+    L = torch.zeros(n, n, dtype=torch.float64)
+    for offset in (0, half):
+        i = torch.arange(offset, offset + half - 1)
+        L[i, i + 1] = L[i + 1, i] = -1
+    L.diagonal().copy_(-L.sum(1))
+    families["graph Laplacian"] = (L, False, "two disconnected paths, k smallest: 0, 0 and pairs ~1e-5 j^2")
+    families["power law"] = (rotated(torch.arange(1, n + 1, dtype=torch.float64) ** -1.0), True,
+                             "eigenvalues 1/j")
+    top = torch.rand(n, dtype=torch.float64, generator=g)
+    top[:12] = 10 + 1e-3 * torch.arange(12, dtype=torch.float64)
+    families["clustered top"] = (rotated(top), True, "12 eigenvalues 10 + 1e-3 j above U(0, 1)")
+    return families
+
+
+def dense_case(n, k, repeats, with_lobpcg):
+    """Every spectrum family with the "bench" loss, and the Wigner matrix also with the "trace" loss.
+    The gradient's reference is the full agt.eigh (torch's is NaN at the Laplacian's exactly equal
+    pairs, which k keeps whole, so the loss is invariant)."""
+    g = torch.Generator().manual_seed(0)
+    families = spectrum_families(n, g)
     W = torch.randn(n, 4, dtype=torch.float64, generator=g)
     G = torch.randn(n, n, dtype=torch.float64, generator=g)
     G = (G + G.mT) / 2
+    cases = [(family, "bench", bench_loss(W)) for family in families] + [("Wigner", "trace", trace_loss(G))]
     rows, results = [], []
-    for name, loss in (("bench", bench_loss(W)), ("trace", trace_loss(G))):
-        anchor, ours, forward, errors = [], [], [], []
+    for family, name, loss in cases:
+        A, largest, what = families[family]
+
+        def pick(w, V):
+            return (w[-k:].flip(0), V[:, -k:].flip(1)) if largest else (w[:k], V[:, :k])
+
+        A0 = A.clone().requires_grad_()
+        reference, = torch.autograd.grad(loss(*pick(*agt.eigh(A0))), A0)
+        anchor, ours, forward, errors, methods = [], [], [], [], set()
         for _ in range(repeats):
             A2 = A.clone().requires_grad_()
-
-            def full():
-                wf, Vf = torch.linalg.eigh(A2)
-                return torch.autograd.grad(loss(wf[-k:].flip(0), Vf[:, -k:].flip(1)), A2)[0]
-
-            t, reference = timed(full)
+            t, _ = timed(lambda: torch.autograd.grad(loss(*pick(*torch.linalg.eigh(A2))), A2)[0])
             anchor.append(t)
             A1 = A.clone().requires_grad_()
             t0 = time.perf_counter()
-            w, V = agt.eigsh(A1, k)
+            w, V, info = agt.eigsh(A1, k, largest=largest, return_info=True)
             t1 = time.perf_counter()
             gradient, = torch.autograd.grad(loss(w, V), A1)
             t2 = time.perf_counter()
             ours.append(t2 - t0)
             forward.append(t1 - t0)
-            reference = (reference + reference.mT) / 2
+            methods.add(info.method)
             errors.append(float((gradient - reference).norm() / reference.norm()))
         (a_med, a_min), (o_med, o_min), (f_med, _) = summary(anchor), summary(ours), summary(forward)
-        rows.append((name, "adjointgen eigsh", f"{o_med:.3f} ({o_min:.3f})", f"{f_med:.3f}",
+        rows.append((family, name, "largest" if largest else "smallest", "/".join(sorted(methods)),
+                     f"{o_med:.3f} ({o_min:.3f})", f"{f_med:.3f}", f"{a_med:.3f}",
                      f"{o_med / a_med:.2f} ({o_min / a_min:.2f})", f"{max(errors):.1e}"))
-        rows.append((name, "torch.linalg.eigh (full)", f"{a_med:.3f} ({a_min:.3f})", "-", "1.00 (anchor)", "reference"))
-        results.append({"benchmark": "eigsh", "case": f"dense n={n} k={k} fwd+bwd, loss {name}", "ratio": o_med / a_med,
-                        "anchor": "full torch.linalg.eigh", "target": "<= 0.35"})
+        results.append({"benchmark": "eigsh", "case": f"{family}: dense n={n} k={k} fwd+bwd, loss {name}",
+                        "ratio": o_med / a_med, "anchor": "full torch.linalg.eigh",
+                        "target": "<= 1.0" if family in SLOW_FAMILIES else "<= 0.35"})
         if with_lobpcg:
             A3 = A.clone().requires_grad_()
             t0 = time.perf_counter()
             try:
-                wl, Vl = torch.lobpcg(A3, k=k, largest=True)
+                wl, Vl = torch.lobpcg(A3, k=k, largest=largest)
                 g3, = torch.autograd.grad(loss(wl, Vl), A3)
-                t_l = time.perf_counter() - t0
-                rows.append((name, "torch.lobpcg", f"{t_l:.3f}", "-", f"{t_l / a_med:.2f}",
-                             f"{float((g3 - reference).norm() / reference.norm()):.1e}"))
+                note = f"{float((g3 - reference).norm() / reference.norm()):.1e}"
             except Exception as exc:  # record the failure
-                rows.append((name, "torch.lobpcg", f"{time.perf_counter() - t0:.2f}", "-", "-",
-                             f"failed: {type(exc).__name__}: {str(exc)[:50]}"))
-    print(f"(a) dense n = {n}, k = {k} largest, float64, forward + backward, {torch.get_num_threads()} threads, "
-          f"median (min) of {repeats}")
-    print(table(rows, ["loss", "method", "fwd+bwd s", "fwd s", "ratio to anchor", "grad rel. error"]))
+                note = f"failed: {type(exc).__name__}: {str(exc)[:50]}"
+            t_l = time.perf_counter() - t0
+            rows.append((family, name, "", "torch.lobpcg", f"{t_l:.3f}", "-", "-", f"{t_l / a_med:.2f}", note))
+    print(f"(a) dense n = {n}, k = {k}, float64, forward + backward, {torch.get_num_threads()} threads, "
+          f"median (min) of {repeats}; anchor: full torch.linalg.eigh forward + backward")
+    for family, (_, _, what) in families.items():
+        print(f"    {family}: {what}")
+    print(table(rows, ["spectrum", "loss", "end", "route", "fwd+bwd s", "fwd s", "anchor s", "ratio to anchor",
+                       "grad rel. error"]))
     return results
 
 
@@ -218,10 +261,10 @@ def main(argv=None):
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
     start = time.perf_counter()
     if args.quick:
-        results = dense_case(1000, 8, 3, args.lobpcg) + sparse_case(100, 8, 2, args.lobpcg, 200)
+        results = dense_case(1200, 8, 2, args.lobpcg) + sparse_case(100, 8, 2, args.lobpcg, 200)
         sparse_gradient_check(20, 8)
     else:
-        results = dense_case(2000, 8, 5, args.lobpcg) + sparse_case(300, 8, 2, args.lobpcg, 1000)
+        results = dense_case(2000, 8, 3, args.lobpcg) + sparse_case(300, 8, 2, args.lobpcg, 1000)
         sparse_gradient_check(40, 8)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
     return results

@@ -62,7 +62,9 @@ def iterations(A, B, U, w, aid):
 def test_block_lanczos_route_certifies_and_preconditions(largest):
     n, k = 1100, 8  # above the full-spectrum size: block Lanczos on (sigma I - A)^{-1}
     A = goe(n, 0)
-    w, U, info = partial_eigh(A, k, largest=largest)
+    # the route by name (chosen automatically it has a time budget, and on a loaded machine may hand
+    # over to the direct solver: see test_krylov_budget_hands_over_to_the_direct_solver)
+    w, U, info = partial_eigh(A, k, largest=largest, method="krylov")
     assert info.method == "krylov" and info.certificate == "inertia"
     reference = torch.linalg.eigvalsh(A)
     reference = reference.flip(0)[:k] if largest else reference[:k]
@@ -70,6 +72,30 @@ def test_block_lanczos_route_certifies_and_preconditions(largest):
     assert isinstance(info.aid, DenseFactorAid) and info.aid.W.shape[1] >= 8
     fast, slow = iterations(A, None, U, w, info.aid)
     assert fast <= 25 and slow >= 4 * fast
+    check_gradients(A, k, largest)
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_krylov_budget_hands_over_to_the_direct_solver(monkeypatch, largest):
+    """Chosen automatically, the block Lanczos route gives up once it has spent (or predicts it will
+    spend) its budget, a multiple of the direct solver's priced time; the direct solver's pairs and
+    gradients are then returned. An exhausted budget is simulated; an unlimited one keeps the route."""
+    import adjointgen.runtime.eigsolvers.krylov as krylov
+
+    n, k = 1100, 5
+    A = goe(n, 6)
+    reference = torch.linalg.eigvalsh(A)
+    reference = reference.flip(0)[:k] if largest else reference[:k]
+    monkeypatch.setattr(krylov, "_KRYLOV_BUDGET", 1e9)
+    w, U, info = partial_eigh(A, k, largest=largest)
+    assert info.method == "krylov"
+    monkeypatch.setattr(krylov, "_KRYLOV_BUDGET", 0.0)
+    w, U, info = partial_eigh(A, k, largest=largest)
+    assert info.method == "dense" and info.certificate == "direct"
+    assert float((w - reference).abs().max()) < 1e-10 * float(reference.abs().max())
+    assert rel(A @ U, U * w) < 1e-9
+    # named, the route keeps going whatever the budget
+    assert partial_eigh(A, k, largest=largest, method="krylov")[2].method == "krylov"
     check_gradients(A, k, largest)
 
 

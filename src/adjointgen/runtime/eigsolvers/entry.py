@@ -95,7 +95,8 @@ def partial_eigh(
     if not tol > 0:
         raise ValueError(f"partial_eigh: tol must be positive, got {tol}")
     tol = max(tol, 10 * eps)
-    if method in (None, "auto"):
+    automatic = method in (None, "auto")
+    if automatic:
         method = _choose_method(opA, opB, k)
     if method not in ("dense", "krylov", "arpack", "lobpcg"):
         raise ValueError(
@@ -120,13 +121,13 @@ def partial_eigh(
         extra = None  # Ritz pairs beyond the m wanted ones (krylov route): a deflation space
         spectral_aid = None
         if method == "krylov":
-            result = _solve_krylov(_dense_matrix(opA), m, _KRYLOV_EXTRA, largest, tol, normA)
+            result = _solve_krylov(_dense_matrix(opA), m, _KRYLOV_EXTRA, largest, tol, normA, budgeted=automatic)
             products = iterations = result.products
             if result.converged:
                 w, U = result.w[:m], result.U[:, :m]
                 extra = (result.w[m:], result.U[:, m:])
                 limit = tol
-            else:  # the basis limit was reached: the direct solver takes over
+            else:  # the basis limit or the time budget was reached: the direct solver takes over
                 method = "dense"
         if method == "dense":
             # extra pairs beyond the m wanted ones deflate the backward's iterative solves (used

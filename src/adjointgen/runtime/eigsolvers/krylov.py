@@ -4,6 +4,7 @@ Part of :mod:`adjointgen.runtime.eigsolvers` (its docstring describes the routes
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -30,6 +31,32 @@ _KRYLOV_LOCATE_STEPS = 6
 #: The spectral transformation is used when it should shorten the Krylov process at least this much
 #: in the square of the pass count: (lambda_1 - lambda_n) >= gain * 4 delta.
 _KRYLOV_SHIFT_INVERT_GAIN = 4.0
+#: The direct solver's time for the wanted pairs (LAPACK ``syevr`` subset, tridiagonalization
+#: dominated), in units of one block product ``A @ Y`` (``n x 8``), per row: measured on 2 CPU threads,
+#: GOE, 33 pairs, n = 1200, 2000, 3000, 4000: 0.052, 0.035, 0.047, 0.056 n products. The Krylov route
+#: gives up (and the direct solver takes over) once it has spent, or predicts it will spend, this
+#: long: then it can cost at most about twice the direct route, where without the budget a slowly
+#: converging spectrum (the top of a sample covariance matrix, the bottom of a graph Laplacian) ran the
+#: basis to its limit first (1.6 s and 2.2 s at n = 2000, where the direct route takes 0.3 s).
+_KRYLOV_DENSE_PRODUCTS_PER_ROW = 0.045
+#: The budget, in units of that estimate: generous, since a load spike on a shared machine slows the
+#: Krylov steps after the locating products priced them; the extrapolation gives up on slowly
+#: converging spectra long before the budget is spent.
+_KRYLOV_BUDGET = 1.5
+
+
+class _OverBudget(Exception):
+    """The Krylov route would cost more than the direct solver (see ``_KRYLOV_DENSE_PRODUCTS_PER_ROW``)."""
+
+
+@dataclass
+class _Budget:
+    """Wall-clock budget of the Krylov route: ``deadline`` in :func:`time.perf_counter` seconds."""
+    deadline: float
+
+    def check(self, seconds_still_needed: float = 0.0) -> None:
+        if time.perf_counter() + seconds_still_needed > self.deadline:
+            raise _OverBudget
 
 
 @dataclass
@@ -94,12 +121,13 @@ def _banded_ritz(band: np.ndarray, dim: int, count: int, largest: bool):
 
 
 def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor, max_dim, max_steps=None,
-                   far_end=False):
+                   far_end=False, budget: _Budget | None = None):
     """Block Lanczos on the symmetric operator ``apply`` (block size 8, full reorthogonalization)
     for its ``m`` largest (``top``) or smallest Ritz pairs and ``extra`` more; see
     :func:`_solve_krylov`. ``residual_factor(theta)`` turns the Lanczos estimate ``||B_J y_last||``
     into the relative residual the caller tests against ``tol``. Returns ``(theta, X, products,
-    converged)``, ``theta`` ordered from the wanted end."""
+    converged)``, ``theta`` ordered from the wanted end. With a ``budget``, raises :class:`_OverBudget`
+    as soon as the time spent, or the time the extrapolated convergence still needs, exceeds it."""
     b = _KRYLOV_BLOCK
     eps = torch.finfo(dtype).eps
     max_dim = max(b, min(max_dim // b * b, (n - 1) // b * b))
@@ -114,7 +142,11 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
     history: list[tuple[int, float]] = []
     step = 0
     scale = None
+    step_seconds = 0.0
     while True:
+        step_start = time.perf_counter()
+        if budget is not None:
+            budget.check()
         lo, hi = step * b, (step + 1) * b
         Z = apply(Q[:, lo:hi])
         products += b
@@ -140,6 +172,7 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
                 fresh = fresh - Q_next[:, ~dependent] @ (Q_next[:, ~dependent].mT @ fresh)
             Q_next[:, dependent] = torch.linalg.qr(fresh[:, dependent])[0]
         B_np = B_next.double().cpu().numpy()
+        step_seconds = time.perf_counter() - step_start
         for d in range(b):
             band[d, lo:hi - d] = np.diagonal(diagonal_block, -d)
         for d in range(1, b + 1):  # T[hi + i, lo + j] = B[i, j] (upper triangular) at distance b + i - j
@@ -175,13 +208,16 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
                 if rate < 0:
                     needed = (math.log(0.5 * tol) - e1) / rate
                     grow = int(min(max(0.75 * needed, 2 * b), dim // 2))
+                    if budget is not None:  # the same optimistic 3/4 of the straight-line estimate
+                        budget.check(0.75 * needed / b * step_seconds)
             next_check = dim + grow
         Q[:, hi:hi + b] = Q_next
         previous_B = B_next
         step += 1
 
 
-def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float, normA: float) -> _KrylovResult:
+def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float, normA: float,
+                  budgeted: bool = True) -> _KrylovResult:
     """The ``m`` extreme eigenpairs (and ``extra`` more Ritz pairs) of a dense symmetric matrix by
     block Lanczos with full reorthogonalization, on ``(sigma I - A)^{-1}`` where possible.
 
@@ -204,7 +240,11 @@ def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float
     passes over ``A`` (basis 640, 0.18 s) without, 6 + 20 passes and one Cholesky (0.09 s) with.
     Without a successful factorization, or if the transformed run does not converge, plain block
     Lanczos on ``A`` runs. No restarts: the basis grows to ``min(0.6 n, 1600)``; ``converged`` is
-    False when that is not enough (the caller then uses the direct solver)."""
+    False when that is not enough, or (``budgeted``: the route was chosen automatically) when the route
+    has spent, or its extrapolated convergence predicts it would spend, 1.5 times the direct solver's
+    time, priced from the locating run's fastest product (``_KRYLOV_DENSE_PRODUCTS_PER_ROW``); the
+    caller then uses the direct solver."""
+    start = time.perf_counter()
     n = A.shape[0]
     dtype, device = A.dtype, A.device
     max_dim = min(int(_KRYLOV_MAX_FRACTION * n), _KRYLOV_MAX_DIM)
@@ -214,11 +254,38 @@ def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float
     def plain_factor(theta):
         return 1.0 / (normA + np.abs(theta))
 
-    # 1. locate the wanted end (and estimate the far end)
-    theta, X, used, _ = _block_lanczos(lambda Y: A @ Y, n, dtype, device, m, 0, largest, tol, plain_factor,
+    product_seconds = []
+
+    def timed_product(Y):
+        t0 = time.perf_counter()
+        Z = A @ Y
+        product_seconds.append(time.perf_counter() - t0)
+        return Z
+
+    # 1. locate the wanted end (and estimate the far end); the fastest of its products (the first
+    # may pay a warm-up) prices the direct solver, which sets the route's budget
+    theta, X, used, _ = _block_lanczos(timed_product, n, dtype, device, m, 0, largest, tol, plain_factor,
                                        max_dim, max_steps=_KRYLOV_LOCATE_STEPS, far_end=True)
     theta, far, residual_norms = theta
     products += used
+    budget = (_Budget(start + _KRYLOV_BUDGET * _KRYLOV_DENSE_PRODUCTS_PER_ROW * n * min(product_seconds))
+              if budgeted else None)
+    try:
+        return _krylov_after_locating(A, m, extra, largest, tol, normA, theta, far, residual_norms, products,
+                                      max_dim, budget)
+    except _OverBudget:
+        return _KrylovResult(None, None, products, False)
+
+
+def _krylov_after_locating(A, m, extra, largest, tol, normA, theta, far, residual_norms, products, max_dim,
+                           budget):
+    """Steps 2 and 3 of :func:`_solve_krylov` (raises :class:`_OverBudget`)."""
+    n = A.shape[0]
+    dtype, device = A.dtype, A.device
+    outer = 1.0 if largest else -1.0
+
+    def plain_factor(theta):
+        return 1.0 / (normA + np.abs(theta))
     # after a few steps only about a block's worth of Ritz values are near their limit: extrapolate
     # the spread of the m wanted eigenvalues from the first min(m, b) of them
     q = max(2, min(m, _KRYLOV_BLOCK, len(theta)))
@@ -255,14 +322,14 @@ def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float
             return norm_shifted / (nu * (normA + np.abs(lam)))
 
         nu, X, used, converged = _block_lanczos(inverse, n, dtype, device, m, extra, True, tol, inverse_factor,
-                                                max_dim // 2)
+                                                max_dim // 2, budget=budget)
         products += used
         if converged:
             lam = sigma - outer / torch.from_numpy(nu)
             return _KrylovResult(lam.to(dtype=dtype, device=device), X, products, True)
     # 3. plain block Lanczos on A
     theta, X, used, converged = _block_lanczos(lambda Y: A @ Y, n, dtype, device, m, extra, largest, tol,
-                                               plain_factor, max_dim)
+                                               plain_factor, max_dim, budget=budget)
     products += used
     return _KrylovResult(torch.from_numpy(np.ascontiguousarray(theta)).to(dtype=dtype, device=device), X,
                          products, converged)
