@@ -69,6 +69,31 @@ def main(argv=None):
                                 "ratio": b_gen / b_ref, "anchor": "torch.linalg", "target": "<= 1.0"})
     print(f"factorizations on {args.device} ({torch.get_num_threads()} threads), median ms")
     print(table(rows, ["op", "dtype", "n", "fwd+bwd", "torch", "ratio", "bwd", "torch", "ratio"]))
+    results += fixed_costs(sizes[0], args.device, sync)
+    return results
+
+
+def fixed_costs(n, device, sync):
+    """What is left of the gap to torch: the extra microseconds per forward + backward at n = 4 (the
+    fixed per-call cost: input checks, the Python autograd Function, unfused elementwise passes) next
+    to the extra microseconds at size n, float64."""
+    rows, results = [], []
+    tiny = cases(4, torch.float64, device, torch.Generator().manual_seed(4))
+    sized = cases(n, torch.float64, device, torch.Generator().manual_seed(n))
+    for name in tiny:
+        extra = []
+        for table_ in (tiny, sized):
+            ours, theirs, inputs, grad = table_[name]
+            t_ref = median_time(fwd_bwd(theirs, inputs, grad), repeats=21, sync=sync)
+            t_gen = median_time(fwd_bwd(ours, inputs, grad), repeats=21, sync=sync)
+            extra.append((t_gen - t_ref) * 1e6)
+        rows.append((name, f"{extra[0]:.0f}", f"{extra[1]:.0f}"))
+        results.append({"benchmark": "factorizations", "case": f"{name} fwd+bwd: extra us per call at n=4 (fixed)",
+                        "value": extra[0], "format": ".0f", "anchor": "torch.linalg"})
+        results.append({"benchmark": "factorizations", "case": f"{name} fwd+bwd: extra us per call at n={n}",
+                        "value": extra[1], "format": ".0f", "anchor": "torch.linalg"})
+    print(f"\nextra time per forward + backward over torch, microseconds, float64 (n = 4: the fixed cost)")
+    print(table(rows, ["op", "n = 4", f"n = {n}"]))
     return results
 
 

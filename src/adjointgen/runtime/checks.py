@@ -8,6 +8,8 @@ accepts them.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
@@ -32,16 +34,35 @@ class ArgumentTypeError(ValueError, TypeError):
     """An argument that is not a tensor: a ``ValueError``, and a ``TypeError`` as torch raises."""
 
 
+#: argument signatures (shapes, dtypes, keyword arguments) that :func:`like_torch` has accepted: a
+#: meta call costs about 100 microseconds (torch's Python meta kernels), a lookup under one
+_ACCEPTED: dict = {}
+_ACCEPTED_MAX = 512
+
+
 def like_torch(function, *args, **kwargs):
     """Run ``function`` (a ``torch.linalg`` namesake) on meta tensors of the arguments' shapes and
-    dtypes: torch's shape and dtype errors, before any work (a :class:`ShapeError`)."""
+    dtypes: torch's shape and dtype errors, before any work (a :class:`ShapeError`). Accepted
+    signatures are remembered (the check depends on nothing else)."""
+    try:
+        key = (function, tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args),
+               tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:  # symbolic shapes (a compiler tracing) or unhashable arguments: no memo
+        key = None
+    if key is not None and key in _ACCEPTED:
+        return
     meta = [torch.empty(a.shape, dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
     try:
         function(*meta, **kwargs)
     except RuntimeError as exc:
         raise ShapeError(str(exc).split("\n")[0]) from None
     except (NotImplementedError, TypeError):  # a meta kernel missing: leave the checks to the function
-        pass
+        return
+    if key is not None:
+        if len(_ACCEPTED) >= _ACCEPTED_MAX:
+            _ACCEPTED.clear()
+        _ACCEPTED[key] = True
 
 
 class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
@@ -49,18 +70,22 @@ class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
     ``torch.linalg.LinAlgError``."""
 
 
+try:
+    from torch._C._functorch import is_batchedtensor as _is_batched, is_functorch_wrapped_tensor as _is_wrapped
+except ImportError:  # pragma: no cover - older torch
+    _is_batched = _is_wrapped = None
+
+
 def is_traced(x: torch.Tensor) -> bool:
     """Whether ``x`` has no values to read on the host: batched by ``vmap``, a meta or fake tensor
     (shape propagation, ``torch.compile``), or traced by a compiler."""
-    try:
-        from torch._C._functorch import is_batchedtensor, is_functorch_wrapped_tensor
-    except ImportError:  # pragma: no cover - older torch
+    if _is_batched is None:  # pragma: no cover - older torch
         return False
     if torch.compiler.is_compiling():
         return True
-    if isinstance(x, torch.Tensor) and (x.device.type == "meta" or _is_fake(x)):
-        return True
-    return bool(is_batchedtensor(x) or (is_functorch_wrapped_tensor(x) and _wraps_batched(x)))
+    if isinstance(x, torch.Tensor) and (x.is_meta or (type(x) is not torch.Tensor and _is_fake(x))):
+        return True  # (fake tensors are a Tensor subclass)
+    return bool(_is_batched(x) or (_is_wrapped(x) and _wraps_batched(x)))
 
 
 def _is_fake(x) -> bool:
@@ -259,7 +284,7 @@ def finite(x: torch.Tensor, name: str) -> None:
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
         lo, hi = torch.aminmax(torch.view_as_real(x) if x.is_complex() else x)
-        if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+        if not all(map(math.isfinite, torch.stack((lo, hi)).tolist())):  # one transfer to the host
             raise ValueError(f"{name} contains NaN or Inf")
 
 
@@ -275,13 +300,15 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
             if check_finite:
                 finite(x, name)
             asym, scale = (x - x.mH).abs().amax(), x.abs().amax()
-        else:  # min and max in one pass, no |.| temporaries: half the time at n = 1000
+        else:  # min and max in one pass, no |.| temporaries (half the time at n = 1000); one transfer
             lo, hi = torch.aminmax(x)
-            if check_finite and not bool(torch.isfinite(lo) & torch.isfinite(hi)):  # NaN propagates
+            alo, ahi = torch.aminmax(x - x.mT)
+            lo, hi, alo, ahi = torch.stack((lo, hi, alo, ahi)).tolist()
+            if check_finite and not (math.isfinite(lo) and math.isfinite(hi)):  # NaN propagates
                 raise ValueError(f"{name} contains NaN or Inf")
-            scale = torch.maximum(-lo, hi)
-            lo, hi = torch.aminmax(x - x.mT)
-            asym = torch.maximum(-lo, hi)
+            if any(map(math.isnan, (lo, hi, alo, ahi))):
+                return  # NaN entries: no verdict on symmetry (as torch.maximum would propagate them)
+            scale, asym = max(-lo, hi), max(-alo, ahi)
         if bool(asym > rtol * scale):
             raise ValueError(
                 f"{name} is not {'Hermitian' if x.is_complex() else 'symmetric'}: "
