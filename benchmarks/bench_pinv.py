@@ -123,7 +123,10 @@ def phase_times(A: torch.Tensor, info, repeats: int, device: str):
     """Median seconds of (factorization, power iterations to ``info.levels``) as ``pinv_forward`` runs them."""
     if info.levels == 0:
         return None
-    P = pinv_module
+    import types
+    from adjointgen.runtime.pinv import arguments, bounds as bounds_module, decision, routes
+
+    P = types.SimpleNamespace(**{**vars(bounds_module), **vars(arguments), **vars(routes), **vars(decision)})
     eps = torch.finfo(P._real_dtype(A.dtype)).eps
     stable_cap, normal_cap = eps**-0.5, eps ** (-1.0 / 6.0)
     m, n = A.shape[-2], A.shape[-1]
