@@ -26,7 +26,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import (DiagFunction, DiagPart, EngineNode, LowerHalf, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew,
+from .nodes import (DiagFunction, DiagPart, EngineNode, LowerHalf, PairwiseMatrix, ScalarIdentity, OperatorSolve, ShiftedSolve, Skew,
                     StrictlyLower, Structure, Sym)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
@@ -623,7 +623,7 @@ def substitute_product(expr, pattern, replacement, structure: Structure) -> tupl
         return collect(out)
 
     def _sub_inside(atom):
-        if isinstance(atom, ShiftedSolve):
+        if isinstance(atom, OperatorSolve):
             inner = sub_terms(expand(atom.arg, structure))
             return atom.with_arg(build(inner, atom.shape)) if inner else ZeroMatrix(*atom.shape)
         if isinstance(atom, LINEAR_NODES):
@@ -744,7 +744,7 @@ def _factor_inside(expr, structure):
         return MatMul(c, *[_factor_inside(m, structure) for m in mats]) if c != 1 else MatMul(*[_factor_inside(m, structure) for m in mats])
     if isinstance(expr, LINEAR_NODES):
         return type(expr)(factor_common(expand(expr.arg, structure), expr.shape, structure))
-    if isinstance(expr, ShiftedSolve):
+    if isinstance(expr, OperatorSolve):
         return expr.with_arg(factor_common(expand(expr.arg, structure), expr.shape, structure))
     if isinstance(expr, HadamardProduct):
         consts = [a for a in expr.args if isinstance(a, PairwiseMatrix)]
@@ -801,7 +801,7 @@ def push_projection_inward(expr, structure: Structure):
             # diag(sym(X)) is the real part of diag(X): kept, so code makes it a real vector
             return DiagPart(type(expr.arg)(push_projection_inward(expr.arg.arg, structure)))
         return DiagPart(push_projection_inward(expr.arg, structure))
-    if isinstance(expr, ShiftedSolve):
+    if isinstance(expr, OperatorSolve):
         return expr.with_arg(push_projection_inward(expr.arg, structure))
     return expr
 
@@ -811,11 +811,11 @@ def merge_solves(terms: list[Term], structure: Structure | None = None) -> list[
     groups: dict[str, list] = {}
     rest = []
     for c, fs in terms:
-        if len(fs) == 1 and isinstance(fs[0], ShiftedSolve):
-            key = "N" + _key(sp.Tuple(*fs[0].operator))
+        if len(fs) == 1 and isinstance(fs[0], OperatorSolve):
+            key = "N" + type(fs[0]).__name__ + _key(sp.Tuple(*fs[0].operator))
             groups.setdefault(key, []).append((c, fs[0]))
-        elif len(fs) == 1 and isinstance(fs[0], Transpose) and isinstance(fs[0].arg, ShiftedSolve):
-            key = "T" + _key(sp.Tuple(*fs[0].arg.operator))  # c1 S(X)^T + c2 S(Y)^T = S(c1 X + c2 Y)^T
+        elif len(fs) == 1 and isinstance(fs[0], Transpose) and isinstance(fs[0].arg, OperatorSolve):
+            key = "T" + type(fs[0].arg).__name__ + _key(sp.Tuple(*fs[0].arg.operator))  # c1 S(X)^T + c2 S(Y)^T = S(c1 X + c2 Y)^T
             groups.setdefault(key, []).append((c, fs[0].arg))
         else:
             rest.append((c, fs))
@@ -931,7 +931,7 @@ def _drop_zero(expr):
     if isinstance(expr, LINEAR_NODES):
         inner = _drop_zero(expr.arg)
         return ZeroMatrix(*expr.shape) if isinstance(inner, ZeroMatrix) else type(expr)(inner)
-    if isinstance(expr, ShiftedSolve):
+    if isinstance(expr, OperatorSolve):
         inner = _drop_zero(expr.arg)
         return ZeroMatrix(*expr.shape) if isinstance(inner, ZeroMatrix) else expr.with_arg(inner)
     if isinstance(expr, HadamardProduct):

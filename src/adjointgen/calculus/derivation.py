@@ -35,7 +35,7 @@ from sympy.matrices.expressions import (
 from . import algebra
 from .algebra import DerivationError, expand, normalize
 from .spec import OperationSpec, Source, freeze
-from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve
 
 
 @dataclass(frozen=True)
@@ -1448,6 +1448,47 @@ class Derivation:
         new = Equation(W, self._norm(ShiftedSolve(MatMul(-1 / c, R), A, Bop, U, D)))
         self._record("solve_shifted", label, new, check=_equation_check(new),
                      note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
+        return new
+
+    def solve_sylvester(self, eq: Equation, X: MatrixSymbol, A, B=None, label=None) -> Equation:
+        """Solve ``c (A X + X B) + R = 0`` for ``X``: ``X = Syl[A, B](-R/c)``, the solution of the
+        Sylvester equation ``A X + X B = -R/c`` (``B = None``: ``B = A``, the Lyapunov form
+        ``A X + X A = C`` of the polar decomposition's ``P Ω + Ω P = U^T dA - dA^T U``).  ``A`` and
+        ``B`` must be symmetric (Hermitian) in the derivation -- a symmetric input or output, or a
+        product the engine reads as one -- so that the generated code solves the equation in their
+        eigenbases; no eigenvalue of ``A`` may be the negative of one of ``B`` (then the solution is
+        unique: true for positive definite ``A`` and ``B``).
+
+        Records: a ``solve_sylvester`` step.  Numeric check: the solution against SciPy's
+        Bartels-Stewart solver on every instance.  Symbolic check: none (an implicit solve).
+        """
+        B = A if B is None else B
+        label = label or f"solve the Sylvester equation for {X.name}"
+        for M in (A, B):
+            if expand(Transpose(M) - M, self.structure):
+                self._fail(label, f"{M} is not symmetric here: solve_sylvester needs symmetric (Hermitian) "
+                                  "A and B (declare the input or output symmetric=True)")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+
+        def factors(e):
+            (c, fs), = expand(e, self.structure)
+            if c != 1:
+                self._fail(label, f"{e} must be a product without a coefficient")
+            return fs
+
+        a_factors, b_factors = factors(A), factors(B)
+        ax = [(c, fs) for c, fs in res if fs == (*a_factors, X)]
+        xb = [(c, fs) for c, fs in res if fs == (X, *b_factors)]
+        if len(ax) != 1 or len(xb) != 1 or ax[0][0] != xb[0][0]:
+            self._fail(label, f"no terms c ({A} {X.name} + {X.name} {B}) with one coefficient c in {eq}")
+        c = ax[0][0]
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) not in (ax[0], xb[0])]
+        if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{X.name} appears outside {A} {X.name} + {X.name} {B} in {eq}")
+        R = algebra.build(rest, X.shape)
+        new = Equation(X, self._norm(SylvesterSolve(MatMul(-1 / c, R), A, B)))
+        self._record("solve_sylvester", label, new, check=_equation_check(new),
+                     note=f"{A} {X.name} + {X.name} {B} = C, solved in the eigenbases of {A} and {B}")
         return new
 
     def isolate(self, eq: Equation, tangent: MatrixSymbol, block, label=None) -> Equation:

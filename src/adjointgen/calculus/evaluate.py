@@ -101,6 +101,13 @@ class _Numpy:
         return out
 
     @staticmethod
+    def sylvester_solve(A, B, C):
+        """``X`` with ``A X + X B = C`` (Bartels-Stewart, SciPy)."""
+        import scipy.linalg
+
+        return scipy.linalg.solve_sylvester(A, B, C)
+
+    @staticmethod
     def clusters(d, pattern=False):
         """The cluster indicator: equal entries (relative 1e-9), or with ``pattern`` the fixed pair
         (0, 1) (checks of an identity that is linear in the indicator, on non-degenerate instances)."""
@@ -208,6 +215,10 @@ class _Sympy:
     @staticmethod
     def shifted_solve(X, A, B, U, d):
         raise NotExplicit("the projected shifted solve has no explicit symbolic form")
+
+    @staticmethod
+    def sylvester_solve(A, B, C):
+        raise NotExplicit("the Sylvester solve has no explicit symbolic form")
 
     @staticmethod
     def pairwise(definition, d, free=False, pattern=False, functions=None):

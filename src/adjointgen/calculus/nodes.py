@@ -28,7 +28,9 @@ __all__ = [
     "ScalarIdentity",
     "SignDet",
     "Trace",
+    "OperatorSolve",
     "ShiftedSolve",
+    "SylvesterSolve",
     "DiagPart",
     "LowerHalf",
     "StrictlyLower",
@@ -279,20 +281,14 @@ class DiagFunction(EngineNode, MatrixExpr):
         return f"[{printer._print(body)} at {x} = {printer._print(self.arg)}]"
 
 
-class ShiftedSolve(EngineNode, MatrixExpr):
-    """``S(X)``: column by column, the solution ``w_i`` of the projected shifted system
+class OperatorSolve(EngineNode, MatrixExpr):
+    """``L^-1(X)`` for a linear operator ``L`` on matrices that has no explicit inverse: the solution
+    of an operator equation, linear in its argument ``X``.  Arguments: ``(X, *operator)``.  Subclasses
+    say what ``L`` is; the algebra treats them alike (distributed over sums and scalars, solves with
+    the same operator merged into one)."""
 
-        ``P (A - d_i B) w_i = P x_i``,  ``U^T B w_i = 0``,  ``P = I - B U U^T``,
-
-    where ``d_i`` are the diagonal entries of ``D``.  Arguments: ``(X, A, B, U, D)``; ``B`` is an
-    ``Identity`` for the standard problem.  ``S`` is linear in ``X`` and self-adjoint under
-    ``<X, Y> = tr(X^T Y)`` (``S_i = P^T K_i^+ P`` with ``K_i = P (A - d_i B) P^T`` symmetric), so the
-    transposition rule is ``<G, S(X)> = <S(G), X>``; ``S(B U Y) = 0`` since ``P B U = 0``.
-    Generated code calls a runtime solver (block CG/MINRES, or a bordered dense solve).
-    """
-
-    def __new__(cls, X, A, B, U, D):
-        return Basic.__new__(cls, *(sp.sympify(a) for a in (X, A, B, U, D)))
+    def __new__(cls, X, *operator):
+        return Basic.__new__(cls, *(sp.sympify(a) for a in (X, *operator)))
 
     @property
     def arg(self):
@@ -307,7 +303,69 @@ class ShiftedSolve(EngineNode, MatrixExpr):
         return self.arg.shape
 
     def with_arg(self, X):
-        return ShiftedSolve(X, *self.operator)
+        return type(self)(X, *self.operator)
+
+    def expand_rule(self, alg, structure):
+        """Distributes over sums and scalars."""
+        out = [(c, (self.with_arg(alg.monomial(sp.Integer(1), fs)),)) for c, fs in alg.expand(self.arg, structure)]
+        return alg.collect(out)
+
+
+class SylvesterSolve(OperatorSolve):
+    """``Syl[A, B](C)``: the solution ``X`` of the Sylvester equation ``A X + X B = C`` (one solution
+    when no eigenvalue of ``A`` is the negative of one of ``B``).  Arguments ``(C, A, B)``.  Linear in
+    ``C``, with the adjoint ``<G, Syl[A, B](C)> = <Syl[A^T, B^T](G), C>`` and the transpose
+    ``Syl[A, B](C)^T = Syl[B^T, A^T](C^T)`` (``^T``: conjugate transpose in a complex derivation).
+    Generated code calls a runtime solver for Hermitian ``A`` and ``B`` (the eigendecompositions of
+    ``A`` and ``B``: ``X = V_A ((V_A^H C V_B) / (a_i + b_j)) V_B^H``), differentiable to any order
+    without a gauge (the quotient ``1 / (a_i + b_j)`` is smooth where it is finite)."""
+
+    def expand_rule(self, alg, structure):
+        """Distributes over sums and scalars; ``A`` and ``B`` in normal form (``P^T`` of a symmetric
+        ``P`` is ``P``), so that solves with one operator merge."""
+        A, B = (alg.normalize(M, structure) for M in self.operator)
+        out = [(c, (SylvesterSolve(alg.monomial(sp.Integer(1), fs), A, B),)) for c, fs in alg.expand(self.arg, structure)]
+        return alg.collect(out)
+
+    def adjoint_rule(self, g):
+        """``<G, Syl[A, B](C)> = <Syl[A^T, B^T](G), C>``."""
+        A, B = self.operator
+        return self.arg, SylvesterSolve(g, Transpose(A), Transpose(B))
+
+    def transpose_rule(self, alg, structure):
+        """``Syl[A, B](C)^T = Syl[B^T, A^T](C^T)``: transposing ``A X + X B = C``."""
+        A, B = self.operator
+        return [(sp.Integer(1), (SylvesterSolve(alg.normalize(Transpose(self.arg), structure),
+                                                alg.normalize(Transpose(B), structure),
+                                                alg.normalize(Transpose(A), structure)),))]
+
+    def evaluate_rule(self, ev, arith, size, env):
+        A, B = self.operator
+        return arith.sylvester_solve(ev(A), ev(B), ev(self.arg))
+
+    def lower_rule(self, b):
+        A, B = self.operator
+        return b.emit("sylvester_solve", [b.lower(A), b.lower(B), b.lower(self.arg)], "matrix")
+
+    def _sympystr(self, printer):
+        A, B = self.operator
+        return f"Syl[{printer._print(A)}, {printer._print(B)}]({printer._print(self.arg)})"
+
+
+class ShiftedSolve(OperatorSolve):
+    """``S(X)``: column by column, the solution ``w_i`` of the projected shifted system
+
+        ``P (A - d_i B) w_i = P x_i``,  ``U^T B w_i = 0``,  ``P = I - B U U^T``,
+
+    where ``d_i`` are the diagonal entries of ``D``.  Arguments: ``(X, A, B, U, D)``; ``B`` is an
+    ``Identity`` for the standard problem.  ``S`` is linear in ``X`` and self-adjoint under
+    ``<X, Y> = tr(X^T Y)`` (``S_i = P^T K_i^+ P`` with ``K_i = P (A - d_i B) P^T`` symmetric), so the
+    transposition rule is ``<G, S(X)> = <S(G), X>``; ``S(B U Y) = 0`` since ``P B U = 0``.
+    Generated code calls a runtime solver (block CG/MINRES, or a bordered dense solve).
+    """
+
+    def __new__(cls, X, A, B, U, D):
+        return Basic.__new__(cls, *(sp.sympify(a) for a in (X, A, B, U, D)))
 
     def expand_rule(self, alg, structure):
         """``S`` distributes over sums and scalars; ``S(B U Y) = 0`` because ``S`` projects its

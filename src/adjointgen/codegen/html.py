@@ -92,6 +92,25 @@ class MathML(MathMLPresentationPrinter):
         row.appendChild(fenced)
         return row
 
+    def _print_SylvesterSolve(self, e):
+        """``Syl_{A,B}(C)``: the solution of ``A X + X B = C``."""
+        A, B = e.operator
+        row = self.dom.createElement("mrow")
+        sub = self.dom.createElement("msub")
+        mi = self.dom.createElement("mi")
+        mi.appendChild(self.dom.createTextNode("Syl"))
+        sub.appendChild(mi)
+        pair = self.dom.createElement("mrow")
+        pair.appendChild(self._print(A))
+        comma = self.dom.createElement("mo")
+        comma.appendChild(self.dom.createTextNode(","))
+        pair.appendChild(comma)
+        pair.appendChild(self._print(B))
+        sub.appendChild(pair)
+        row.appendChild(sub)
+        row.appendChild(self._function("", e.arg))
+        return row
+
     def _print_Identity(self, e):
         mi = self.dom.createElement("mi")
         mi.setAttribute("mathvariant", "normal")

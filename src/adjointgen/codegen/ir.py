@@ -30,6 +30,7 @@ OPS = {
     "pairwise_mul_skew": "F(d) ∘ skew(a), fused",
     "pairwise_mul_sym": "F(d) ∘ sym(a), fused",
     "shifted_solve": "column i of X: w_i with P (A - d_i B) w_i = P x_i, U^T B w_i = 0 (runtime solver)",
+    "sylvester_solve": "X with a X + X b = c, a and b Hermitian (runtime solver in their eigenbases)",
     "diag_sym": "the real part of the diagonal of a (diag(sym(a)) of a complex matrix), as a real vector",
     "diag_skew": "i times the imaginary part of the diagonal of a (diag(skew(a))), as a vector",
     "add_eye": "a + coeff * I",
@@ -429,6 +430,10 @@ class OperationIR:
     @property
     def uses_shifted_solve(self) -> bool:
         return any(v.op == "shifted_solve" for r in self.rules for v in r.values)
+
+    @property
+    def uses_sylvester(self) -> bool:
+        return any(v.op == "sylvester_solve" for r in self.rules for v in r.values)
 
     @property
     def kernel_variants(self) -> tuple[tuple[str, str], ...]:

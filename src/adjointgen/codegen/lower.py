@@ -25,7 +25,7 @@ from sympy.matrices.expressions import (
 from sympy.printing.str import StrPrinter
 
 from ..calculus.spec import OperationSpec, Source, as_spec
-from ..calculus.nodes import DI, DJ, EngineNode, PairwiseMatrix, ScalarIdentity, ShiftedSolve, Skew, Sym
+from ..calculus.nodes import DI, DJ, EngineNode, OperatorSolve, PairwiseMatrix, ScalarIdentity, Skew, Sym
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
                  ResidualIR, RuleIR, Value)
 
@@ -558,7 +558,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     api_order = d.api_output_order or [api[s.name] for s in output_order]
     outputs_sorted = sorted(output_order, key=lambda s: api_order.index(api[s.name]))
     all_exprs = [*d.jvp.rewritten.values(), *d.vjp.rewritten.values(), *factor_exprs]
-    in_solves = {x.name for e in all_exprs for node in e.atoms(ShiftedSolve) for x in node.atoms(MatrixSymbol)}
+    in_solves = {x.name for e in all_exprs for node in e.atoms(OperatorSolve) for x in node.atoms(MatrixSymbol)}
     referenced = {x.name for e in all_exprs for x in e.atoms(MatrixSymbol)}
     operator_inputs = [s for s in d.inputs if s.name in in_solves]
     input_params = [s for s in d.inputs if s.name in referenced]

@@ -49,7 +49,7 @@ __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
     "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
-    "symmetrized", "zero_where_negligible", "check_finite_outputs",
+    "symmetrized", "sylvester", "zero_where_negligible", "check_finite_outputs",
 ]
 
 _RAISE_IN_JIT = False
@@ -83,6 +83,29 @@ def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
 
 
 # ---------------------------------------------------------------- forward computations (jax.numpy)
+def _sylvester_in_eigenbases(A, B, C):
+    wa, Va = jnp.linalg.eigh(A)
+    wb, Vb = jnp.linalg.eigh(B)
+    Ct = adjoint(Va) @ C @ Vb
+    return Va @ (Ct / (wa[..., :, None] + wb[..., None, :])) @ adjoint(Vb)
+
+
+def sylvester(xp, A, B, C):
+    """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (batched): a
+    ``lax.custom_linear_solve`` of ``X -> A X + X B`` solved in the eigenbases, so its derivatives
+    (every order, forward and reverse) come from the linear map, never from ``eigh``'s (no gap enters)."""
+    batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
+    A, B, C = (jnp.broadcast_to(x, batch + x.shape[-2:]) for x in (A, B, C))
+    dtype = jnp.result_type(A, B, C)
+    A, B, C = (x.astype(dtype) for x in (A, B, C))
+    A0, B0 = lax.stop_gradient(A), lax.stop_gradient(B)
+    return lax.custom_linear_solve(lambda X: A @ X + X @ B, C,
+                                   solve=lambda _, R: _sylvester_in_eigenbases(A0, B0, R),
+                                   # JAX transposes linearly: the transpose (not the adjoint) of X -> A X + X B
+                                   transpose_solve=lambda _, R: _sylvester_in_eigenbases(jnp.swapaxes(A0, -1, -2),
+                                                                                         jnp.swapaxes(B0, -1, -2), R))
+
+
 def svd(A):
     """Thin SVD ``(U, S, Vh)``."""
     return tuple(jnp.linalg.svd(A, full_matrices=False))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["lu_solve"]
+__all__ = ["lu_solve", "sylvester"]
 
 
 def _reusable(*tensors) -> bool:
@@ -39,3 +39,70 @@ def lu_solve(A, LU, pivots, B, *, adjoint: bool = False, left: bool = True):
         return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint)
     M = A.mH if adjoint else A
     return torch.linalg.solve(M, B, left=left)
+
+
+def _sylvester_in_eigenbases(A, B, C, same=False):
+    """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (no graph): ``C`` taken to the
+    eigenbases, divided entrywise by ``a_i + b_j``, and taken back (``same``: ``B`` is ``A``)."""
+    from .checks import SingularMatrixError, is_traced
+
+    wa, Va = torch.linalg.eigh(A)
+    wb, Vb = (wa, Va) if same else torch.linalg.eigh(B)
+    denominator = wa[..., :, None] + wb[..., None, :]
+    if not is_traced(denominator) and denominator.numel() and bool((denominator == 0).any()):
+        raise SingularMatrixError("sylvester: an eigenvalue of A is the negative of one of B, so A X + X B = C "
+                                  "has no unique solution")
+    Ct = Va.mH @ C @ Vb
+    return Va @ (Ct / denominator.to(Ct.dtype)) @ Vb.mH
+
+
+class _Sylvester(torch.autograd.Function):
+    """``X = Syl[A, B](C)``.  Its derivatives are Sylvester solves again (so every order is exact and
+    no eigenvalue gap enters, unlike differentiating through ``eigh``): ``dX = Syl[A, B](dC - dA X -
+    X dB)``; reverse: ``gC = Syl[A^H, B^H](gX)``, ``gA = -gC X^H``, ``gB = -X^H gC``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, B, C, same):
+        return _sylvester_in_eigenbases(A, B, C, same)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, B, C, same = inputs
+        ctx.same = same
+        ctx.save_for_backward(A, B, output)
+        ctx.save_for_forward(A, B, output)
+
+    @staticmethod
+    def backward(ctx, gX, *_):
+        A, B, X = ctx.saved_tensors
+        gC = _Sylvester.apply(A.mH, B.mH, gX, ctx.same)  # A, B Hermitian: the same eigenbases
+        gA = -(gC @ X.mH) if ctx.needs_input_grad[0] else None
+        gB = -(X.mH @ gC) if ctx.needs_input_grad[1] else None
+        return gA, gB, gC, None
+
+    @staticmethod
+    def jvp(ctx, dA, dB, dC, _):
+        A, B, X = ctx.saved_tensors
+        rhs = torch.zeros_like(X) if dC is None else dC
+        if dA is not None:
+            rhs = rhs - dA @ X
+        if dB is not None:
+            rhs = rhs - X @ dB
+        return _Sylvester.apply(A, B, rhs, ctx.same)
+
+
+def sylvester(A, B, C):
+    """``X`` with ``A X + X B = C`` for Hermitian (real symmetric) ``A`` and ``B`` (batched,
+    broadcasting), e.g. ``P X + X P = C`` of the polar decomposition.  Solved in the eigenbases of
+    ``A`` and ``B``; differentiable to any order (its own derivatives are Sylvester solves), also
+    where ``A`` or ``B`` has repeated eigenvalues.
+
+    Raises:
+        SingularMatrixError: an eigenvalue of ``A`` is the negative of one of ``B`` (no unique ``X``).
+    """
+    same = A is B
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
+    A, B, C = (x.expand(*batch, *x.shape[-2:]) for x in (A, B, C))
+    return _Sylvester.apply(A, A if same else B, C, same)

@@ -311,3 +311,14 @@ def pinv_with(xp, A, atol=None, rtol=None):
     cutoff = xp.maximum(atol, rtol * (s[..., :1] if s.shape[-1] else 0))
     s_inv = xp.where(s > cutoff, 1 / xp.where(s > cutoff, s, 1), 0)
     return xp.matmul(xp.conj(xp.swapaxes(Vh, -1, -2)) * s_inv[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))
+
+
+def sylvester(xp, A, B, C):
+    """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (batched), in their eigenbases (the
+    array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`)."""
+    wa, Va = xp.linalg.eigh(A)
+    wb, Vb = xp.linalg.eigh(B)
+    denominator = wa[..., :, None] + wb[..., None, :]
+    conj = xp.conj if xp.iscomplexobj(C) or xp.iscomplexobj(Va) else (lambda x: x)
+    Ct = conj(xp.swapaxes(Va, -1, -2)) @ C @ Vb
+    return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
