@@ -514,14 +514,40 @@ def logm(A: torch.Tensor) -> torch.Tensor:
 
 
 def sqrtm(A: torch.Tensor) -> torch.Tensor:
-    """The principal square root of symmetric (Hermitian) positive semidefinite ``A``:
-    ``V sqrt(w) V^H`` (eigenvalues within rounding of 0 are taken as 0), differentiable to second
-    order where ``A`` is positive definite (see :func:`expm`).
+    """The principal square root of a square ``A``, as :func:`scipy.linalg.sqrtm`.
+
+    Symmetric (Hermitian) ``A`` (to ``100 eps``): positive semidefinite, ``V sqrt(w) V^H`` from ``eigh``
+    (eigenvalues within rounding of 0 are taken as 0), differentiable to second order where ``A`` is
+    positive definite, continuous at repeated eigenvalues (see :func:`expm`).
+
+    Any other ``A``, and every ``A`` under ``vmap`` (values cannot be tested there; a singular
+    positive semidefinite ``A`` then raises): the root whose eigenvalues have positive real parts,
+    by SciPy's Schur method on
+    the host (tensors on a GPU make a round trip), real for real ``A``; its Fréchet derivative
+    ``X dX + dX X = dA`` and the adjoint are derived in ``derivations/sqrtm_general.py`` and solved
+    by Bartels-Stewart, to any order (reverse, forward, ``torch.func`` transforms).
 
     Raises:
-        ValueError: not symmetric, or a negative eigenvalue (named in the message); in a
-            derivative, a zero eigenvalue (the derivative of ``sqrt`` is infinite there).
+        ValueError: a negative eigenvalue of symmetric ``A``, or an eigenvalue of general ``A`` on
+            the closed negative real axis (named in the message); in a derivative, a zero
+            eigenvalue of symmetric ``A`` (the derivative of ``sqrt`` is infinite there).
+
+    Under ``torch.compile`` (and on meta tensors) values cannot be read and the host solver cannot
+    run: ``A`` is taken as symmetric there.
     """
+    checks.tensor(A, "A")
+    checks.matrix(A, "A", square=True)
+    batched = checks.is_traced(A) and not (A.is_meta or checks.is_compiling_or_fake(A))
+    hermitian = not batched
+    if hermitian:
+        try:
+            checks.symmetric(A, "A")
+        except ValueError:
+            hermitian = False
+    if not hermitian:  # (vmap: values cannot be tested; the general root is right for every A)
+        from .generated.torch.sqrtm_general import sqrtm_general
+
+        return sqrtm_general(A)
     return _funm.sqrtm(A)
 
 

@@ -1452,22 +1452,23 @@ class Derivation:
 
     def solve_sylvester(self, eq: Equation, X: MatrixSymbol, A, B=None, label=None) -> Equation:
         """Solve ``c (A X + X B) + R = 0`` for ``X``: ``X = Syl[A, B](-R/c)``, the solution of the
-        Sylvester equation ``A X + X B = -R/c`` (``B = None``: ``B = A``, the Lyapunov form
-        ``A X + X A = C`` of the polar decomposition's ``P Ω + Ω P = U^T dA - dA^T U``).  ``A`` and
-        ``B`` must be symmetric (Hermitian) in the derivation -- a symmetric input or output, or a
-        product the engine reads as one -- so that the generated code solves the equation in their
-        eigenbases; no eigenvalue of ``A`` may be the negative of one of ``B`` (then the solution is
-        unique: true for positive definite ``A`` and ``B``).
+        Sylvester equation ``A X + X B = -R/c`` (``B = None``: ``B = A``: ``X dX + dX X = dA`` of a
+        matrix square root, or the Lyapunov form ``P dO + dO P = U^T dA - dA^T U`` of the polar
+        decomposition).  No eigenvalue of ``A`` may be the negative of one of ``B`` (then the
+        solution is unique; true for positive definite ``A`` and ``B``, and for the principal square
+        root, whose eigenvalues lie in the open right half plane); the generated code raises
+        otherwise.  Where ``A`` and ``B`` are symmetric (Hermitian) in the derivation -- a symmetric
+        input or output, or a product the engine reads as one -- the generated code solves in their
+        eigenbases (torch on any device); otherwise by Bartels-Stewart (SciPy's ``solve_sylvester``,
+        on the CPU: tensors on other devices make a host round trip).
 
-        Records: a ``solve_sylvester`` step.  Numeric check: the solution against SciPy's
-        Bartels-Stewart solver on every instance.  Symbolic check: none (an implicit solve).
+        Records: a ``solve_sylvester`` step.  Numeric check: the residual of the solution, with the
+        solve evaluated by SciPy's Bartels-Stewart solver, on every instance.  Symbolic check: none
+        (an implicit solve).
         """
         B = A if B is None else B
         label = label or f"solve the Sylvester equation for {X.name}"
-        for M in (A, B):
-            if expand(Transpose(M) - M, self.structure):
-                self._fail(label, f"{M} is not symmetric here: solve_sylvester needs symmetric (Hermitian) "
-                                  "A and B (declare the input or output symmetric=True)")
+        hermitian = not any(expand(Transpose(M) - M, self.structure) for M in (A, B))
         res = expand(eq.lhs - eq.rhs, self.structure)
 
         def factors(e):
@@ -1486,9 +1487,10 @@ class Derivation:
         if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
             self._fail(label, f"{X.name} appears outside {A} {X.name} + {X.name} {B} in {eq}")
         R = algebra.build(rest, X.shape)
-        new = Equation(X, self._norm(SylvesterSolve(MatMul(-1 / c, R), A, B)))
+        new = Equation(X, self._norm(SylvesterSolve(MatMul(-1 / c, R), A, B, hermitian)))
+        how = "in the eigenbases of" if hermitian else "by Bartels-Stewart (Schur forms of"
         self._record("solve_sylvester", label, new, check=_equation_check(new),
-                     note=f"{A} {X.name} + {X.name} {B} = C, solved in the eigenbases of {A} and {B}")
+                     note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
         return new
 
     def isolate(self, eq: Equation, tangent: MatrixSymbol, block, label=None) -> Equation:

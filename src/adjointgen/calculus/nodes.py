@@ -313,42 +313,53 @@ class OperatorSolve(EngineNode, MatrixExpr):
 
 class SylvesterSolve(OperatorSolve):
     """``Syl[A, B](C)``: the solution ``X`` of the Sylvester equation ``A X + X B = C`` (one solution
-    when no eigenvalue of ``A`` is the negative of one of ``B``).  Arguments ``(C, A, B)``.  Linear in
-    ``C``, with the adjoint ``<G, Syl[A, B](C)> = <Syl[A^T, B^T](G), C>`` and the transpose
-    ``Syl[A, B](C)^T = Syl[B^T, A^T](C^T)`` (``^T``: conjugate transpose in a complex derivation).
-    Generated code calls a runtime solver for Hermitian ``A`` and ``B`` (the eigendecompositions of
-    ``A`` and ``B``: ``X = V_A ((V_A^H C V_B) / (a_i + b_j)) V_B^H``), differentiable to any order
-    without a gauge (the quotient ``1 / (a_i + b_j)`` is smooth where it is finite)."""
+    when no eigenvalue of ``A`` is the negative of one of ``B``).  Arguments ``(C, A, B, hermitian)``,
+    ``hermitian`` (a SymPy boolean) saying that ``A`` and ``B`` are symmetric (Hermitian) in the
+    derivation.  Linear in ``C``, with the adjoint ``<G, Syl[A, B](C)> = <Syl[A^T, B^T](G), C>`` and
+    the transpose ``Syl[A, B](C)^T = Syl[B^T, A^T](C^T)`` (``^T``: conjugate transpose in a complex
+    derivation).  Generated code calls a runtime solver: for Hermitian ``A``, ``B`` in their
+    eigenbases (``X = V_A ((V_A^H C V_B) / (a_i + b_j)) V_B^H``), otherwise Bartels-Stewart through
+    the Schur forms; its derivatives are Sylvester solves again, so every order is exact and no
+    eigenvalue gap enters."""
+
+    def __new__(cls, C, A, B, hermitian=True):
+        return Basic.__new__(cls, sp.sympify(C), sp.sympify(A), sp.sympify(B), sp.true if hermitian else sp.false)
+
+    @property
+    def hermitian(self) -> bool:
+        return bool(self.args[3])
 
     def expand_rule(self, alg, structure):
         """Distributes over sums and scalars; ``A`` and ``B`` in normal form (``P^T`` of a symmetric
         ``P`` is ``P``), so that solves with one operator merge."""
-        A, B = (alg.normalize(M, structure) for M in self.operator)
-        out = [(c, (SylvesterSolve(alg.monomial(sp.Integer(1), fs), A, B),)) for c, fs in alg.expand(self.arg, structure)]
+        A, B = (alg.normalize(M, structure) for M in self.operator[:2])
+        out = [(c, (SylvesterSolve(alg.monomial(sp.Integer(1), fs), A, B, self.hermitian),))
+               for c, fs in alg.expand(self.arg, structure)]
         return alg.collect(out)
 
     def adjoint_rule(self, g):
         """``<G, Syl[A, B](C)> = <Syl[A^T, B^T](G), C>``."""
-        A, B = self.operator
-        return self.arg, SylvesterSolve(g, Transpose(A), Transpose(B))
+        A, B = self.operator[:2]
+        return self.arg, SylvesterSolve(g, Transpose(A), Transpose(B), self.hermitian)
 
     def transpose_rule(self, alg, structure):
         """``Syl[A, B](C)^T = Syl[B^T, A^T](C^T)``: transposing ``A X + X B = C``."""
-        A, B = self.operator
+        A, B = self.operator[:2]
         return [(sp.Integer(1), (SylvesterSolve(alg.normalize(Transpose(self.arg), structure),
                                                 alg.normalize(Transpose(B), structure),
-                                                alg.normalize(Transpose(A), structure)),))]
+                                                alg.normalize(Transpose(A), structure), self.hermitian),))]
 
     def evaluate_rule(self, ev, arith, size, env):
-        A, B = self.operator
+        A, B = self.operator[:2]
         return arith.sylvester_solve(ev(A), ev(B), ev(self.arg))
 
     def lower_rule(self, b):
-        A, B = self.operator
-        return b.emit("sylvester_solve", [b.lower(A), b.lower(B), b.lower(self.arg)], "matrix")
+        A, B = self.operator[:2]
+        return b.emit("sylvester_solve", [b.lower(A), b.lower(B), b.lower(self.arg)], "matrix",
+                      (("hermitian", str(self.hermitian)),))
 
     def _sympystr(self, printer):
-        A, B = self.operator
+        A, B = self.operator[:2]
         return f"Syl[{printer._print(A)}, {printer._print(B)}]({printer._print(self.arg)})"
 
 

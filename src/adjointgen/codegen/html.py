@@ -94,7 +94,7 @@ class MathML(MathMLPresentationPrinter):
 
     def _print_SylvesterSolve(self, e):
         """``Syl_{A,B}(C)``: the solution of ``A X + X B = C``."""
-        A, B = e.operator
+        A, B = e.operator[:2]
         row = self.dom.createElement("mrow")
         sub = self.dom.createElement("msub")
         mi = self.dom.createElement("mi")

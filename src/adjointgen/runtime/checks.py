@@ -88,6 +88,12 @@ def is_traced(x: torch.Tensor) -> bool:
     return bool(_is_batched(x) or (_is_wrapped(x) and _wraps_batched(x)))
 
 
+def is_compiling_or_fake(x) -> bool:
+    """A compiler traces the call, or ``x`` is a fake tensor (shape propagation): no values, and no
+    host computation possible (unlike ``vmap``, whose rule can run a batch on plain tensors)."""
+    return bool(torch.compiler.is_compiling() or (type(x) is not torch.Tensor and _is_fake(x)))
+
+
 def _is_fake(x) -> bool:
     try:
         from torch._subclasses.fake_tensor import is_fake

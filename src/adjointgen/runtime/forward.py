@@ -126,3 +126,13 @@ def slogdet(A):
     sign = parity * diagonal.sgn().prod(-1)  # a unit phase for complex A, 0 for a singular one
     logabsdet = diagonal.abs().log().sum(-1)
     return sign, logabsdet, LU, pivots
+
+
+def sqrtm_general(A):
+    """The principal square root of general square ``A`` (batched, real or complex) by SciPy's
+    Schur method on the host (tensors on other devices make a round trip); a ``ValueError`` names an
+    eigenvalue on the closed negative real axis."""
+    from .xp import sqrtm_general as on_host
+
+    X = on_host(A.detach().cpu().resolve_conj().numpy())
+    return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)

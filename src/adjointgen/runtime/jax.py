@@ -49,7 +49,7 @@ __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
     "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
-    "symmetrized", "sylvester", "zero_where_negligible", "check_finite_outputs",
+    "symmetrized", "sqrtm_general", "sylvester", "zero_where_negligible", "check_finite_outputs",
 ]
 
 _RAISE_IN_JIT = False
@@ -90,20 +90,52 @@ def _sylvester_in_eigenbases(A, B, C):
     return Va @ (Ct / (wa[..., :, None] + wb[..., None, :])) @ adjoint(Vb)
 
 
-def sylvester(xp, A, B, C):
-    """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (batched): a
-    ``lax.custom_linear_solve`` of ``X -> A X + X B`` solved in the eigenbases, so its derivatives
-    (every order, forward and reverse) come from the linear map, never from ``eigh``'s (no gap enters)."""
+def sylvester(xp, A, B, C, hermitian: bool = True):
+    """``X`` with ``A X + X B = C`` (batched): a ``lax.custom_linear_solve`` of ``X -> A X + X B``,
+    solved in the eigenbases of Hermitian ``A``, ``B`` (else by ``jax.scipy.linalg.solve_sylvester``,
+    Bartels-Stewart through JAX's Schur decomposition, CPU only), so its derivatives (every order,
+    forward and reverse) come from the linear map, never from ``eigh``'s (no gap enters)."""
     batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
     A, B, C = (jnp.broadcast_to(x, batch + x.shape[-2:]) for x in (A, B, C))
     dtype = jnp.result_type(A, B, C)
     A, B, C = (x.astype(dtype) for x in (A, B, C))
     A0, B0 = lax.stop_gradient(A), lax.stop_gradient(B)
+    if hermitian:
+        inner = _sylvester_in_eigenbases
+    else:
+        import jax.scipy.linalg as jsl
+
+        def inner(a, b, c):
+            solve = jsl.solve_sylvester
+            for _ in batch:
+                solve = jax.vmap(solve)
+            return solve(a, b, c)
     return lax.custom_linear_solve(lambda X: A @ X + X @ B, C,
-                                   solve=lambda _, R: _sylvester_in_eigenbases(A0, B0, R),
+                                   solve=lambda _, R: inner(A0, B0, R),
                                    # JAX transposes linearly: the transpose (not the adjoint) of X -> A X + X B
-                                   transpose_solve=lambda _, R: _sylvester_in_eigenbases(jnp.swapaxes(A0, -1, -2),
-                                                                                         jnp.swapaxes(B0, -1, -2), R))
+                                   transpose_solve=lambda _, R: inner(jnp.swapaxes(A0, -1, -2),
+                                                                      jnp.swapaxes(B0, -1, -2), R))
+
+
+def sqrtm_general(A):
+    """The principal square root of general square ``A`` (batched): ``jax.scipy.linalg.sqrtm``
+    (Schur method; JAX's Schur decomposition runs on the CPU only), real for real ``A``.  Where ``A``
+    is concrete, an eigenvalue on the closed negative real axis raises a ``ValueError`` naming it."""
+    import jax.scipy.linalg as jsl
+
+    if is_concrete(A):
+        w = numpy.linalg.eigvals(numpy.asarray(A))
+        eps = numpy.finfo(w.real.dtype).eps
+        scale = numpy.abs(w).max(axis=-1, keepdims=True, initial=numpy.finfo(w.real.dtype).tiny)
+        bad = (w.real <= 0) & (numpy.abs(w.imag) <= 100 * eps * scale)
+        if bad.any():
+            raise ValueError(f"sqrtm: A has the eigenvalue {w[bad][0]:.6g} on the closed negative real axis: no "
+                             "principal square root (differentiable)")
+    root = jsl.sqrtm
+    for _ in A.shape[:-2]:
+        root = jax.vmap(root)
+    X = root(A)
+    return X if jnp.iscomplexobj(A) else jnp.real(X).astype(A.dtype)
 
 
 def svd(A):

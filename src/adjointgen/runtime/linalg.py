@@ -93,16 +93,82 @@ class _Sylvester(torch.autograd.Function):
         return _Sylvester.apply(A, B, rhs, ctx.same)
 
 
-def sylvester(A, B, C):
-    """``X`` with ``A X + X B = C`` for Hermitian (real symmetric) ``A`` and ``B`` (batched,
-    broadcasting), e.g. ``P X + X P = C`` of the polar decomposition.  Solved in the eigenbases of
-    ``A`` and ``B``; differentiable to any order (its own derivatives are Sylvester solves), also
-    where ``A`` or ``B`` has repeated eigenvalues.
+def _bartels_stewart(A, B, C):
+    """``X`` with ``A X + X B = C`` for general ``A``, ``B`` (batched, one common batch shape): SciPy's
+    ``solve_sylvester`` (Schur forms, LAPACK ``trsyl``) per problem on the host."""
+    import numpy
+    import scipy.linalg
+
+    from .checks import SingularMatrixError
+
+    a, b, c = (t.detach().cpu().resolve_conj().numpy() for t in (A, B, C))
+    out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
+    eps = numpy.finfo(out.real.dtype).eps
+    for idx in numpy.ndindex(*c.shape[:-2]):
+        # trsyl perturbs a singular equation instead of failing: test the eigenvalue sums first
+        sums = numpy.linalg.eigvals(a[idx])[:, None] + numpy.linalg.eigvals(b[idx])[None, :]
+        scale = numpy.abs(a[idx]).max(initial=0) + numpy.abs(b[idx]).max(initial=0)
+        if sums.size and numpy.abs(sums).min() <= 100 * eps * a.shape[-1] * scale:
+            raise SingularMatrixError("sylvester: A X + X B = C has no unique solution: an eigenvalue of A is, "
+                                      f"to rounding, the negative of one of B (|a_i + b_j| = {numpy.abs(sums).min():.2e})")
+        out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
+    return torch.from_numpy(out).to(device=C.device)
+
+
+class _SylvesterGeneral(torch.autograd.Function):
+    """``X = Syl[A, B](C)`` for general ``A``, ``B`` (Bartels-Stewart); derivatives as
+    :class:`_Sylvester`'s, with ``A^H``, ``B^H`` in the adjoint."""
+
+    @staticmethod
+    def forward(A, B, C):
+        return _bartels_stewart(A, B, C)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, B, C = inputs
+        ctx.save_for_backward(A, B, output)
+        ctx.save_for_forward(A, B, output)
+
+    @staticmethod
+    def vmap(info, in_dims, A, B, C):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(_SylvesterGeneral, info, in_dims, A, B, C)
+
+    @staticmethod
+    def backward(ctx, gX):
+        A, B, X = ctx.saved_tensors
+        gC = _SylvesterGeneral.apply(A.mH, B.mH, gX)
+        gA = -(gC @ X.mH) if ctx.needs_input_grad[0] else None
+        gB = -(X.mH @ gC) if ctx.needs_input_grad[1] else None
+        return gA, gB, gC
+
+    @staticmethod
+    def jvp(ctx, dA, dB, dC):
+        A, B, X = ctx.saved_tensors
+        rhs = torch.zeros_like(X) if dC is None else dC
+        if dA is not None:
+            rhs = rhs - dA @ X
+        if dB is not None:
+            rhs = rhs - X @ dB
+        return _SylvesterGeneral.apply(A, B, rhs)
+
+
+def sylvester(A, B, C, hermitian: bool = True):
+    """``X`` with ``A X + X B = C`` (batched, broadcasting), e.g. ``P X + X P = C`` of the polar
+    decomposition or ``X dX + dX X = dA`` of a square root.  ``hermitian``: ``A`` and ``B`` are
+    Hermitian (real symmetric), solved in their eigenbases on any device; otherwise by
+    Bartels-Stewart (SciPy on the CPU: other devices make a host round trip).  Differentiable to any
+    order (its own derivatives are Sylvester solves), also where ``A`` or ``B`` has repeated
+    eigenvalues.
 
     Raises:
         SingularMatrixError: an eigenvalue of ``A`` is the negative of one of ``B`` (no unique ``X``).
     """
     same = A is B
     batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
-    A, B, C = (x.expand(*batch, *x.shape[-2:]) for x in (A, B, C))
+    dtype = torch.promote_types(torch.promote_types(A.dtype, B.dtype), C.dtype)
+    A, B, C = (x.to(dtype).expand(*batch, *x.shape[-2:]) for x in (A, B, C))
+    if not hermitian:
+        return _SylvesterGeneral.apply(A, B, C)
     return _Sylvester.apply(A, A if same else B, C, same)

@@ -313,12 +313,47 @@ def pinv_with(xp, A, atol=None, rtol=None):
     return xp.matmul(xp.conj(xp.swapaxes(Vh, -1, -2)) * s_inv[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))
 
 
-def sylvester(xp, A, B, C):
-    """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (batched), in their eigenbases (the
-    array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`)."""
+def sylvester(xp, A, B, C, hermitian: bool = True):
+    """``X`` with ``A X + X B = C`` (batched): for Hermitian ``A``, ``B`` in their eigenbases,
+    otherwise by SciPy's Bartels-Stewart on the host (CuPy arrays make a round trip); the
+    array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`."""
+    if not hermitian:
+        import scipy.linalg
+
+        host = (lambda x: x.get()) if is_cupy(xp) else numpy.asarray
+        a, b, c = (host(x) for x in (A, B, C))
+        batch = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+        a, b, c = (numpy.broadcast_to(x, batch + x.shape[-2:]) for x in (a, b, c))
+        out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
+        for idx in numpy.ndindex(*batch):
+            out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
+        return xp.asarray(out)
     wa, Va = xp.linalg.eigh(A)
     wb, Vb = xp.linalg.eigh(B)
     denominator = wa[..., :, None] + wb[..., None, :]
     conj = xp.conj if xp.iscomplexobj(C) or xp.iscomplexobj(Va) else (lambda x: x)
     Ct = conj(xp.swapaxes(Va, -1, -2)) @ C @ Vb
     return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
+
+
+def sqrtm_general(A):
+    """The principal square root of general square ``A`` (batched): SciPy's Schur method on the host
+    (CuPy arrays make a round trip).  Raises ``ValueError`` naming an eigenvalue on the closed
+    negative real axis (no principal square root; at 0 the root is not differentiable)."""
+    import scipy.linalg
+
+    xp = array_module(A)
+    a = A.get() if is_cupy(xp) else numpy.asarray(A)
+    out = numpy.empty(a.shape, dtype=numpy.result_type(a.dtype, numpy.float32))
+    eps = numpy.finfo(out.real.dtype).eps
+    for idx in numpy.ndindex(*a.shape[:-2]):
+        w = numpy.linalg.eigvals(a[idx])
+        scale = max(float(numpy.abs(w).max(initial=0)), numpy.finfo(out.real.dtype).tiny)
+        bad = (w.real <= 0) & (numpy.abs(w.imag) <= 100 * eps * scale)
+        if bad.any():
+            where = f" (batch index {idx})" if idx else ""
+            raise ValueError(f"sqrtm: A{where} has the eigenvalue {w[bad][0]:.6g} on the closed negative real "
+                             "axis: no principal square root (differentiable)")
+        root = scipy.linalg.sqrtm(a[idx])
+        out[idx] = root.real if not numpy.iscomplexobj(out) else root
+    return xp.asarray(out)

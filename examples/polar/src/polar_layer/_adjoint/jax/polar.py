@@ -38,10 +38,10 @@ def polar_jvp(U, P, dA):
     t1 = xp.matmul(t0, dA)
     t2 = xp.swapaxes(t1, -1, -2)
     t3 = t1 - t2
-    t4 = _sylvester(xp, P, P, t3)
+    t4 = _sylvester(xp, P, P, t3, hermitian=True)
     t5 = xp.matmul(U, t4)
     t6 = t2 - t1
-    t7 = _sylvester(xp, P, P, t6)
+    t7 = _sylvester(xp, P, P, t6, hermitian=True)
     t8 = xp.matmul(t7, P)
     t9 = t1 + t8
     return t5, t9
@@ -62,7 +62,7 @@ def polar_vjp(U, P, gU, gP):
     t4 = xp.matmul(gP, P)
     t5 = xp.swapaxes(t3, -1, -2)
     t6 = t1 + t3 - t4 - t5
-    t7 = _sylvester(xp, P, P, t6)
+    t7 = _sylvester(xp, P, P, t6, hermitian=True)
     t8 = gP + t7
     t9 = xp.matmul(U, t8)
     return t9
@@ -83,10 +83,10 @@ def polar_jvp_complex(U, P, dA):
     t1 = xp.matmul(t0, dA)
     t2 = xp.conj(xp.swapaxes(t1, -1, -2))
     t3 = t1 - t2
-    t4 = _sylvester(xp, P, P, t3)
+    t4 = _sylvester(xp, P, P, t3, hermitian=True)
     t5 = xp.matmul(U, t4)
     t6 = t2 - t1
-    t7 = _sylvester(xp, P, P, t6)
+    t7 = _sylvester(xp, P, P, t6, hermitian=True)
     t8 = xp.matmul(t7, P)
     t9 = t1 + t8
     return t5, t9
@@ -107,7 +107,7 @@ def polar_vjp_complex(U, P, gU, gP):
     t4 = xp.matmul(gP, P)
     t5 = xp.conj(xp.swapaxes(t3, -1, -2))
     t6 = t1 + t3 - t4 - t5
-    t7 = _sylvester(xp, P, P, t6)
+    t7 = _sylvester(xp, P, P, t6, hermitian=True)
     t8 = gP + t7
     t9 = xp.matmul(U, t8)
     return t9

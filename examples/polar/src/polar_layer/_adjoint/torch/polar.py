@@ -34,10 +34,10 @@ def polar_jvp(U, P, dA):
     t1 = t0 @ dA
     t2 = t1.mT
     t3 = t1 - t2
-    t4 = _linalg.sylvester(P, P, t3)
+    t4 = _linalg.sylvester(P, P, t3, hermitian=True)
     t5 = U @ t4
     t6 = t2 - t1
-    t7 = _linalg.sylvester(P, P, t6)
+    t7 = _linalg.sylvester(P, P, t6, hermitian=True)
     t8 = t7 @ P
     t9 = t1 + t8
     return t5, t9
@@ -57,7 +57,7 @@ def polar_vjp(U, P, gU, gP):
     t4 = gP @ P
     t5 = t3.mT
     t6 = t1 + t3 - t4 - t5
-    t7 = _linalg.sylvester(P, P, t6)
+    t7 = _linalg.sylvester(P, P, t6, hermitian=True)
     t8 = gP + t7
     t9 = U @ t8
     return t9
@@ -77,10 +77,10 @@ def polar_jvp_complex(U, P, dA):
     t1 = t0 @ dA
     t2 = t1.mH
     t3 = t1 - t2
-    t4 = _linalg.sylvester(P, P, t3)
+    t4 = _linalg.sylvester(P, P, t3, hermitian=True)
     t5 = U @ t4
     t6 = t2 - t1
-    t7 = _linalg.sylvester(P, P, t6)
+    t7 = _linalg.sylvester(P, P, t6, hermitian=True)
     t8 = t7 @ P
     t9 = t1 + t8
     return t5, t9
@@ -100,7 +100,7 @@ def polar_vjp_complex(U, P, gU, gP):
     t4 = gP @ P
     t5 = t3.mH
     t6 = t1 + t3 - t4 - t5
-    t7 = _linalg.sylvester(P, P, t6)
+    t7 = _linalg.sylvester(P, P, t6, hermitian=True)
     t8 = gP + t7
     t9 = U @ t8
     return t9
