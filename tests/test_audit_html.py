@@ -77,3 +77,36 @@ def test_index_lists_the_operations(site):
     page = parse(site / "index.html")
     assert "eigh.html" in " ".join(open(site / "index.html").read().split())
     assert "passed" in " ".join(page.text)
+
+
+def step_labels(html_text):
+    return re.findall(r'<tr id="step-\d+"[^>]*>\s*<td class="num">\d+</td>\s*<td>([^<]*)', html_text)
+
+
+def test_reads_as_the_equations_do(site):
+    """Tangents are set apart from their neighbours (``A dU``, not ``AdU``), a complex derivation's
+    labels say ``^H`` as its equations do, equation rows have no scrollbars, and the steps a helper
+    module recorded link to the helper's source, which is on the page."""
+    text = (site / "eigh.html").read_text()
+    page = parse(site / "eigh.html")
+    assert '<mi mathvariant="normal">d</mi><mi>U</mi>' in text and "<mi>dU</mi>" not in text
+    assert '<mspace width="0.2em"/>' in text
+    labels = step_labels(text)
+    assert len(labels) > 30 and not [label for label in labels if "^T" in label or ".T*" in label]
+    assert any("^H" in label for label in labels)
+    assert not re.search(r"div\.eq \{[^}]*overflow(-x|-y)?\s*:", text)
+    helper_lines = [i for i in page.ids if re.fullmatch(r"H\d+-L\d+", i)]
+    assert len(helper_lines) > 20 and "Helper: " in " ".join(page.text)
+    assert any(re.fullmatch(r"H\d+-L\d+", target) for target in page.links)
+
+
+def test_matrix_function_page_prints_derivatives_and_the_second_order_rule(root, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(root), "audit", "funm", "--numeric-only",
+                        "--html", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (tmp_path / "funm.html").read_text()
+    maths = " ".join(re.findall(r"<math.*?</math>", text, flags=re.S))
+    assert "f′" in maths and "Derivative" not in maths
+    second = re.search(r'second-order rule</td>.*?</tr>\s*<tr class="equation[^"]*"><td></td><td colspan="5"><div class="eq">(.*?)</div>',
+                       text, flags=re.S)
+    assert second and "<math" in second.group(1)

@@ -77,7 +77,38 @@ class MathML(MathMLPresentationPrinter):
         return row
 
     def _print_DiagFunction(self, e):
+        """``f(D)``; a derivative of an undefined ``f`` as ``f′(D)`` (not ``Derivative(f(·), ·)``)."""
+        (x,), body = e.function.variables, e.function.expr
+        if isinstance(body, sp.Derivative) and isinstance(body.expr, sp.core.function.AppliedUndef):
+            order = sum(count for var, count in body.variable_count if var == x)
+            return self._function(body.expr.func.__name__ + "′" * order, e.arg)
         return self._function(e.label, e.arg)
+
+    def _print_MatrixSymbol(self, e, style="plain"):
+        """A tangent ``dU`` (cotangent ``gU``) as an upright ``d`` (``g``) before the italic name, so
+        ``A dU`` does not read as ``AdU``; other symbols as SymPy prints them."""
+        name = e.name
+        if len(name) > 1 and name[0] in "dg" and (name[1].isupper() or name[1] in "ΩΘ"):
+            row = self.dom.createElement("mrow")
+            prefix = self.dom.createElement("mi")
+            prefix.setAttribute("mathvariant", "normal")
+            prefix.appendChild(self.dom.createTextNode(name[0]))
+            row.appendChild(prefix)
+            rest = self.dom.createElement("mi")
+            rest.appendChild(self.dom.createTextNode(name[1:]))
+            row.appendChild(rest)
+            return row
+        return super()._print_MatrixSymbol(e)
+
+    def _print_MatMul(self, expr):
+        """Factors separated by a thin space as well as the invisible product (``A dU``, ``dA U``)."""
+        node = super()._print_MatMul(expr)
+        for mo in list(node.getElementsByTagName("mo")):
+            if mo.firstChild is not None and mo.firstChild.data in ("\u2062", "&InvisibleTimes;"):
+                space = self.dom.createElement("mspace")
+                space.setAttribute("width", "0.2em")
+                mo.parentNode.insertBefore(space, mo.nextSibling)
+        return node
 
     def _print_ShiftedSolve(self, e):
         A, B, U, D = e.operator
@@ -179,6 +210,14 @@ def _verdict(step_kind: str, symbolic: str) -> tuple[str, str]:
     return "uses an identity of the decomposition (checked numerically)", "na"
 
 
+def _complex_label(label: str) -> str:
+    """A step label of a complex derivation as its equations read: ``U^T`` is ``U^H`` there (the
+    engine's ``U.T`` as well)."""
+    import re
+
+    return re.sub(r"(?<=[\w)])\.T\b", ".H", label.replace("^T", "^H"))
+
+
 @dataclass(frozen=True)
 class _Row:
     index: int
@@ -191,17 +230,29 @@ class _Row:
     verdict_class: str
     line: int | None
     note: str
+    helper: tuple | None = None  # (file name, line, anchor) when a helper module recorded the step
 
 
 def _page_data(project, a) -> dict:
     d, report = a.derivation, a.report
     complex_ = d.field == "complex"
     rows = []
+    helpers: dict[str, str] = {}  # helper module path -> its anchor prefix
     for step, r in zip(d.steps, report.steps):
         eq = "" if step.equation is None else mathml((step.equation.lhs, step.equation.rhs), complex_=complex_)
+        if step.kind == "second_order" and d.second is not None:  # the second divided difference
+            T = d.second.T
+            eq = mathml((sp.Function(d.second.name)(*T.variables), T.expr))
+        helper = None
+        if step.helper is not None:
+            file, line = step.helper
+            anchor = helpers.setdefault(str(file), f"H{len(helpers) + 1}")
+            helper = (Path(file).name, line, f"{anchor}-L{line}")
         text, css = _verdict(r.kind, r.symbolic)
-        rows.append(_Row(r.index, r.label, KINDS.get(r.kind, r.kind), eq,
-                         "" if r.residual is None else f"{r.residual:.1e}", r.passed, text, css, r.line, r.note))
+        label = _complex_label(r.label) if complex_ else r.label
+        rows.append(_Row(r.index, label, KINDS.get(r.kind, r.kind), eq,
+                         "" if r.residual is None else f"{r.residual:.1e}", r.passed, text, css, r.line, r.note,
+                         helper))
     pairwise = []
     for name, p in sorted(d.pairwise.items()):
         entry = mathml((sp.Symbol(f"{name}_ij"), p.expr))
@@ -233,6 +284,9 @@ def _page_data(project, a) -> dict:
         "pairwise": pairwise,
         "rules": rules,
         "source": [(i + 1, html.escape(line)) for i, line in enumerate(source)],
+        "helpers": [{"path": project.relative(Path(file)), "anchor": anchor,
+                     "source": [(i + 1, html.escape(line)) for i, line in enumerate(Path(file).read_text().splitlines())]}
+                    for file, anchor in helpers.items()],
         "summary": {
             "steps": len(report.steps), "passed": passed, "failed": len(report.steps) - passed,
             "instances": report.instances,
