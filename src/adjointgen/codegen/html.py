@@ -181,6 +181,7 @@ KINDS = {
     "substitute": "substitute", "define": "definition", "skew": "structure", "hadamard_split": "Hadamard split",
     "diagonal_part": "diagonal part", "part": "Hermitian part", "gauge": "gauge", "solve": "solve",
     "solve_offdiagonal": "solve off the diagonal", "solve_shifted": "projected shifted solve",
+    "solve_sylvester": "Sylvester solve",
     "solve_hadamard": "solve entrywise", "combine_pairwise": "combine pairwise factors", "subtract": "subtract",
     "second_order": "second-order rule", "adjoint": "self-adjoint projection",
     "isolate": "isolate", "add": "add", "same": "two routes meet", "jvp": "JVP", "rewrite": "rewrite for code",
@@ -205,7 +206,7 @@ def _verdict(step_kind: str, symbolic: str) -> tuple[str, str]:
         return "an identity of the operation (checked numerically)", "na"
     if step_kind == "forward":
         return "the declared forward (checked numerically)", "na"
-    if "implicit solve" in symbolic:
+    if "implicit solve" in symbolic or step_kind in ("solve_sylvester", "solve_shifted"):
         return "an implicit solve (checked numerically)", "na"
     return "uses an identity of the decomposition (checked numerically)", "na"
 
