@@ -1415,6 +1415,14 @@ class Derivation:
                      symbolic=Replay("insert", (solved.lhs, solved.rhs, eq.residual_expr, new.residual_expr)))
         return new
 
+    def _product_factors(self, e, label) -> tuple:
+        """The factors of ``e``, which must be one product without a coefficient (an operator of a
+        solve step: ``A``, ``A^T A``, ``S S``)."""
+        terms = expand(e, self.structure)
+        if len(terms) != 1 or terms[0][0] != 1:
+            self._fail(label, f"{e} must be a product without a coefficient")
+        return terms[0][1]
+
     def solve_shifted(self, eq: Equation, W: MatrixSymbol, A, B, D, U, label=None) -> Equation:
         """Solve ``c (A W - B W D) + R = 0`` for ``W`` with ``U^T B W = 0``, column by column:
         ``(A - d_i B) w_i = -r_i / c``, i.e. ``W = S(-R/c)`` with the projected shifted solve ``S``
@@ -1428,13 +1436,8 @@ class Derivation:
         res = expand(eq.lhs - eq.rhs, self.structure)
         b_factors = () if B is None else (B,)
 
-        def factors(e):  # the operator A and the shifts D may be products (A^T A, S S)
-            (c, fs), = expand(e, self.structure)
-            if c != 1:
-                self._fail(label, f"{e} must be a product without a coefficient")
-            return fs
-
-        a_factors, d_factors = factors(A), factors(D)
+        # the operator A and the shifts D may be products (A^T A, S S)
+        a_factors, d_factors = self._product_factors(A, label), self._product_factors(D, label)
         aw = [(c, fs) for c, fs in res if fs == (*a_factors, W)]
         bwd = [(c, fs) for c, fs in res if fs == (*b_factors, W, *d_factors)]
         if len(aw) != 1 or len(bwd) != 1 or aw[0][0] != -bwd[0][0]:
@@ -1471,13 +1474,7 @@ class Derivation:
         hermitian = not any(expand(Transpose(M) - M, self.structure) for M in (A, B))
         res = expand(eq.lhs - eq.rhs, self.structure)
 
-        def factors(e):
-            (c, fs), = expand(e, self.structure)
-            if c != 1:
-                self._fail(label, f"{e} must be a product without a coefficient")
-            return fs
-
-        a_factors, b_factors = factors(A), factors(B)
+        a_factors, b_factors = self._product_factors(A, label), self._product_factors(B, label)
         ax = [(c, fs) for c, fs in res if fs == (*a_factors, X)]
         xb = [(c, fs) for c, fs in res if fs == (X, *b_factors)]
         if len(ax) != 1 or len(xb) != 1 or ax[0][0] != xb[0][0]:

@@ -124,13 +124,9 @@ def sqrtm_general(A):
     import jax.scipy.linalg as jsl
 
     if is_concrete(A):
-        w = numpy.linalg.eigvals(numpy.asarray(A))
-        eps = numpy.finfo(w.real.dtype).eps
-        scale = numpy.abs(w).max(axis=-1, keepdims=True, initial=numpy.finfo(w.real.dtype).tiny)
-        bad = (w.real <= 0) & (numpy.abs(w.imag) <= 100 * eps * scale)
-        if bad.any():
-            raise ValueError(f"sqrtm: A has the eigenvalue {w[bad][0]:.6g} on the closed negative real axis: no "
-                             "principal square root (differentiable)")
+        from .xp import check_principal_branch
+
+        check_principal_branch(numpy.asarray(A))
     root = jsl.sqrtm
     for _ in A.shape[:-2]:
         root = jax.vmap(root)

@@ -56,10 +56,51 @@ def _sylvester_in_eigenbases(A, B, C, same=False):
     return Va @ (Ct / denominator.to(Ct.dtype)) @ Vb.mH
 
 
-class _Sylvester(torch.autograd.Function):
-    """``X = Syl[A, B](C)``.  Its derivatives are Sylvester solves again (so every order is exact and
-    no eigenvalue gap enters, unlike differentiating through ``eigh``): ``dX = Syl[A, B](dC - dA X -
-    X dB)``; reverse: ``gC = Syl[A^H, B^H](gX)``, ``gA = -gC X^H``, ``gB = -X^H gC``."""
+def _bartels_stewart(A, B, C):
+    """``X`` with ``A X + X B = C`` for general ``A``, ``B`` (batched): the NumPy solver on the host."""
+    from .xp import sylvester as on_host
+
+    import numpy
+
+    a, b, c = (t.detach().cpu().resolve_conj().numpy() for t in (A, B, C))
+    return torch.from_numpy(on_host(numpy, a, b, c, hermitian=False)).to(device=C.device)
+
+
+class _SylvesterSolve(torch.autograd.Function):
+    """``X = Syl[A, B](C)``, solved by ``_solve(A, B, C, *extra)``.  Its derivatives are Sylvester
+    solves again (so every order is exact and no eigenvalue gap enters, unlike differentiating
+    through ``eigh``): ``dX = Syl[A, B](dC - dA X - X dB)``; reverse: ``gC = Syl[A^H, B^H](gX)``,
+    ``gA = -gC X^H``, ``gB = -X^H gC``.  Subclasses: the Hermitian solver (``extra``: ``same``, ``B``
+    is ``A``; ``A^H = A`` keeps the eigenbases) and the general one."""
+
+    @staticmethod
+    def _setup(ctx, inputs, output, solver):
+        A, B, C, *extra = inputs
+        ctx.solver, ctx.extra = solver, tuple(extra)
+        ctx.save_for_backward(A, B, output)
+        ctx.save_for_forward(A, B, output)
+
+    @staticmethod
+    def backward(ctx, gX, *_):
+        A, B, X = ctx.saved_tensors
+        gC = ctx.solver.apply(A.mH, B.mH, gX, *ctx.extra)
+        gA = -(gC @ X.mH) if ctx.needs_input_grad[0] else None
+        gB = -(X.mH @ gC) if ctx.needs_input_grad[1] else None
+        return (gA, gB, gC, *(None,) * len(ctx.extra))
+
+    @staticmethod
+    def jvp(ctx, dA, dB, dC, *_):
+        A, B, X = ctx.saved_tensors
+        rhs = torch.zeros_like(X) if dC is None else dC
+        if dA is not None:
+            rhs = rhs - dA @ X
+        if dB is not None:
+            rhs = rhs - X @ dB
+        return ctx.solver.apply(A, B, rhs, *ctx.extra)
+
+
+class _Sylvester(_SylvesterSolve):
+    """Hermitian ``A``, ``B``: solved in their eigenbases, any device, vmapped by torch."""
 
     generate_vmap_rule = True
 
@@ -69,55 +110,11 @@ class _Sylvester(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        A, B, C, same = inputs
-        ctx.same = same
-        ctx.save_for_backward(A, B, output)
-        ctx.save_for_forward(A, B, output)
-
-    @staticmethod
-    def backward(ctx, gX, *_):
-        A, B, X = ctx.saved_tensors
-        gC = _Sylvester.apply(A.mH, B.mH, gX, ctx.same)  # A, B Hermitian: the same eigenbases
-        gA = -(gC @ X.mH) if ctx.needs_input_grad[0] else None
-        gB = -(X.mH @ gC) if ctx.needs_input_grad[1] else None
-        return gA, gB, gC, None
-
-    @staticmethod
-    def jvp(ctx, dA, dB, dC, _):
-        A, B, X = ctx.saved_tensors
-        rhs = torch.zeros_like(X) if dC is None else dC
-        if dA is not None:
-            rhs = rhs - dA @ X
-        if dB is not None:
-            rhs = rhs - X @ dB
-        return _Sylvester.apply(A, B, rhs, ctx.same)
+        _SylvesterSolve._setup(ctx, inputs, output, _Sylvester)
 
 
-def _bartels_stewart(A, B, C):
-    """``X`` with ``A X + X B = C`` for general ``A``, ``B`` (batched, one common batch shape): SciPy's
-    ``solve_sylvester`` (Schur forms, LAPACK ``trsyl``) per problem on the host."""
-    import numpy
-    import scipy.linalg
-
-    from .checks import SingularMatrixError
-
-    a, b, c = (t.detach().cpu().resolve_conj().numpy() for t in (A, B, C))
-    out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
-    eps = numpy.finfo(out.real.dtype).eps
-    for idx in numpy.ndindex(*c.shape[:-2]):
-        # trsyl perturbs a singular equation instead of failing: test the eigenvalue sums first
-        sums = numpy.linalg.eigvals(a[idx])[:, None] + numpy.linalg.eigvals(b[idx])[None, :]
-        scale = numpy.abs(a[idx]).max(initial=0) + numpy.abs(b[idx]).max(initial=0)
-        if sums.size and numpy.abs(sums).min() <= 100 * eps * a.shape[-1] * scale:
-            raise SingularMatrixError("sylvester: A X + X B = C has no unique solution: an eigenvalue of A is, "
-                                      f"to rounding, the negative of one of B (|a_i + b_j| = {numpy.abs(sums).min():.2e})")
-        out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
-    return torch.from_numpy(out).to(device=C.device)
-
-
-class _SylvesterGeneral(torch.autograd.Function):
-    """``X = Syl[A, B](C)`` for general ``A``, ``B`` (Bartels-Stewart); derivatives as
-    :class:`_Sylvester`'s, with ``A^H``, ``B^H`` in the adjoint."""
+class _SylvesterGeneral(_SylvesterSolve):
+    """General ``A``, ``B``: Bartels-Stewart on the host; ``vmap`` runs the batch on plain tensors."""
 
     @staticmethod
     def forward(A, B, C):
@@ -125,33 +122,13 @@ class _SylvesterGeneral(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        A, B, C = inputs
-        ctx.save_for_backward(A, B, output)
-        ctx.save_for_forward(A, B, output)
+        _SylvesterSolve._setup(ctx, inputs, output, _SylvesterGeneral)
 
     @staticmethod
     def vmap(info, in_dims, A, B, C):
         from .checks import vmap_as_batch
 
         return vmap_as_batch(_SylvesterGeneral, info, in_dims, A, B, C)
-
-    @staticmethod
-    def backward(ctx, gX):
-        A, B, X = ctx.saved_tensors
-        gC = _SylvesterGeneral.apply(A.mH, B.mH, gX)
-        gA = -(gC @ X.mH) if ctx.needs_input_grad[0] else None
-        gB = -(X.mH @ gC) if ctx.needs_input_grad[1] else None
-        return gA, gB, gC
-
-    @staticmethod
-    def jvp(ctx, dA, dB, dC):
-        A, B, X = ctx.saved_tensors
-        rhs = torch.zeros_like(X) if dC is None else dC
-        if dA is not None:
-            rhs = rhs - dA @ X
-        if dB is not None:
-            rhs = rhs - X @ dB
-        return _SylvesterGeneral.apply(A, B, rhs)
 
 
 def sylvester(A, B, C, hermitian: bool = True):

@@ -325,7 +325,17 @@ def sylvester(xp, A, B, C, hermitian: bool = True):
         batch = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
         a, b, c = (numpy.broadcast_to(x, batch + x.shape[-2:]) for x in (a, b, c))
         out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
+        eps = numpy.finfo(out.real.dtype).eps
         for idx in numpy.ndindex(*batch):
+            # trsyl perturbs a singular equation instead of failing: test the eigenvalue sums first
+            sums = numpy.linalg.eigvals(a[idx])[:, None] + numpy.linalg.eigvals(b[idx])[None, :]
+            scale = numpy.abs(a[idx]).max(initial=0) + numpy.abs(b[idx]).max(initial=0)
+            if sums.size and numpy.abs(sums).min() <= 100 * eps * a.shape[-1] * scale:
+                from .checks import SingularMatrixError
+
+                raise SingularMatrixError("sylvester: A X + X B = C has no unique solution: an eigenvalue of A "
+                                          f"is, to rounding, the negative of one of B (|a_i + b_j| = "
+                                          f"{numpy.abs(sums).min():.2e})")
             out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
         return xp.asarray(out)
     wa, Va = xp.linalg.eigh(A)
@@ -334,6 +344,23 @@ def sylvester(xp, A, B, C, hermitian: bool = True):
     conj = xp.conj if xp.iscomplexobj(C) or xp.iscomplexobj(Va) else (lambda x: x)
     Ct = conj(xp.swapaxes(Va, -1, -2)) @ C @ Vb
     return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
+
+
+def check_principal_branch(a) -> None:
+    """A ``ValueError`` naming an eigenvalue of the host array ``a`` (batched) on the closed negative
+    real axis, to rounding: there the principal square root (or logarithm) does not exist, or is
+    not differentiable (at 0)."""
+    w = numpy.linalg.eigvals(a)
+    if not w.size:
+        return
+    eps = numpy.finfo(w.real.dtype).eps
+    scale = numpy.abs(w).max(axis=-1, keepdims=True, initial=numpy.finfo(w.real.dtype).tiny)
+    bad = (w.real <= 0) & (numpy.abs(w.imag) <= 100 * eps * scale)
+    if bad.any():
+        idx = tuple(int(i) for i in numpy.argwhere(bad)[0][:-1])
+        where = f" (batch index {idx})" if idx else ""
+        raise ValueError(f"sqrtm: A{where} has the eigenvalue {w[bad][0]:.6g} on the closed negative real axis: "
+                         "no principal square root (differentiable)")
 
 
 def sqrtm_general(A):
@@ -345,15 +372,8 @@ def sqrtm_general(A):
     xp = array_module(A)
     a = A.get() if is_cupy(xp) else numpy.asarray(A)
     out = numpy.empty(a.shape, dtype=numpy.result_type(a.dtype, numpy.float32))
-    eps = numpy.finfo(out.real.dtype).eps
+    check_principal_branch(a)
     for idx in numpy.ndindex(*a.shape[:-2]):
-        w = numpy.linalg.eigvals(a[idx])
-        scale = max(float(numpy.abs(w).max(initial=0)), numpy.finfo(out.real.dtype).tiny)
-        bad = (w.real <= 0) & (numpy.abs(w.imag) <= 100 * eps * scale)
-        if bad.any():
-            where = f" (batch index {idx})" if idx else ""
-            raise ValueError(f"sqrtm: A{where} has the eigenvalue {w[bad][0]:.6g} on the closed negative real "
-                             "axis: no principal square root (differentiable)")
         root = scipy.linalg.sqrtm(a[idx])
         out[idx] = root.real if not numpy.iscomplexobj(out) else root
     return xp.asarray(out)
