@@ -35,6 +35,12 @@ OURS = {
     ("linalg.inv_ex", ""): lambda A: agt.inv_ex(A).inverse,
     ("linalg.solve_triangular", ""): lambda A, B, upper, left=True, unitriangular=False: agt.solve_triangular(
         A, B, upper=upper, left=left, unitriangular=unitriangular),
+    ("linalg.det", ""): lambda A: agt.det(A),
+    ("logdet", ""): lambda A: agt.logdet(A),
+    ("linalg.lu", ""): lambda A, pivot=True: agt.lu(A, pivot=pivot),
+    ("linalg.lu_factor", ""): lambda A, pivot=True: agt.lu_factor(A, pivot=pivot),
+    ("linalg.lu_solve", ""): lambda LU, pivots, B, left=True, adjoint=False: agt.lu_solve(LU, pivots, B, left=left,
+                                                                                         adjoint=adjoint),
 }
 DTYPES = (torch.float64, torch.complex128)
 QUICK_PER_GROUP = 3

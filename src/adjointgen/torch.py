@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from .generated.torch import cholesky as _cholesky
+from .generated.torch import det as _det
 from .generated.torch import eigh as _eigh
 from .generated.torch import eigh_generalized as _eigh_generalized
 from .generated.torch import funm as _funm
@@ -25,7 +26,7 @@ from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "eigh", "eigsh", "expm", "funm", "inv", "logm", "pinv", "powm", "qr", "slogdet", "solve",
+__all__ = ["cholesky", "det", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lu", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
            "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex"]
 
 
@@ -58,6 +59,34 @@ def inv(A: torch.Tensor) -> torch.Tensor:
             singular matrix.
     """
     return _inv.inv(A)
+
+
+def det(A: torch.Tensor) -> torch.Tensor:
+    """Determinant, as :func:`torch.linalg.det`: shape ``(...)`` for ``A`` of shape
+    ``(..., n, n)``, real or complex.
+
+    The rules are derived in ``derivations/det.py`` from Jacobi's formula in its adjugate form,
+    ``d det = tr(adj(A) dA)``, ``gA = conj(g) adj(A)^H``, so the gradient is right at singular
+    ``A`` too (the cofactor matrix: nonzero at rank ``n - 1``).  ``adj(A)`` is ``det(A) A^-1`` from
+    one LU where ``A`` is well conditioned and comes from the SVD otherwise
+    (:func:`adjointgen.runtime.linalg.adjugate`).  Reverse and forward mode, ``torch.func``
+    transforms, second derivatives (at rank ``n - 1`` too; at rank ``n - 2`` and below the second
+    derivative is not defined by the SVD route and comes out NaN); float32/float64/complex64/
+    complex128, CPU/CUDA, empty batches.
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf.
+    """
+    return _det.det(A)
+
+
+def logdet(A: torch.Tensor) -> torch.Tensor:
+    """``log(det A)``, as :func:`torch.logdet`: real ``A`` with a negative determinant gives NaN and
+    a singular ``A`` gives ``-inf`` (as torch); complex ``A`` gives the complex logarithm
+    ``log|det A| + i arg(det A)``.  Composed from :func:`slogdet` (``logabsdet + log(sign)``), so
+    its derivatives are ``slogdet``'s derived rules (``gA = g A^-H`` for real ``A``)."""
+    sign, logabsdet = slogdet(A)
+    return logabsdet + torch.log(sign) if A.is_complex() else logabsdet + torch.log(sign)
 
 
 def slogdet(A: torch.Tensor):
@@ -137,6 +166,80 @@ def solve_triangular(A: torch.Tensor, B: torch.Tensor, *, upper: bool, left: boo
     if upper:  # J A J is lower triangular: (J A J)(J X) = J B
         return _solve_triangular.solve_triangular(A.flip(-2, -1), B.flip(-2)).flip(-2)
     return _solve_triangular.solve_triangular(A, B)
+
+
+def lu(A: torch.Tensor, *, pivot: bool = True):
+    """LU factorization with partial pivoting, as :func:`torch.linalg.lu`: a named tuple
+    ``(P, L, U)`` with ``A = P L U`` for ``A`` of shape ``(..., m, n)`` (square, tall or wide), ``P``
+    ``(..., m, m)`` a permutation, ``L`` ``(..., m, k)`` unit lower triangular, ``U`` ``(..., k, n)``
+    upper triangular, ``k = min(m, n)``; real or complex.
+
+    The rules are derived in ``derivations/lu.py`` (``dL = L tril₋(L^-1 P^T dA U^-1)``,
+    ``dU = (L^-1 P^T dA - tril₋(L^-1 P^T dA U^-1) U)``, the VJP by transposition); tall and wide
+    ``A`` use them on a square completion of the factors (:mod:`adjointgen.composite.lu`).  ``P`` is
+    piecewise constant and not differentiable.  Reverse and forward mode, ``torch.func`` transforms,
+    higher derivatives; float32/float64/complex64/complex128, CPU/CUDA, empty batches.
+
+    Raises:
+        ValueError: not a floating matrix, NaN/Inf, ``pivot=False`` (not supported, as torch on the
+            CPU); :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) in a
+            derivative when ``U`` has a zero pivot (a rank-deficient ``A``: the rules divide by it).
+    """
+    from .composite.lu import LuFunction
+
+    checks.matrix_input(A, "A", complex_ok=True)
+    if not pivot:
+        raise ValueError("lu: pivot=False is not supported (LU without pivoting is unstable; torch supports it on CUDA only)")
+    P, L, U, _ = LuFunction.apply(A)
+    return torch.return_types.linalg_lu((P, L, U))
+
+
+def lu_factor(A: torch.Tensor, *, pivot: bool = True):
+    """LU factorization in LAPACK's packed form, as :func:`torch.linalg.lu_factor`: a named tuple
+    ``(LU, pivots)``, ``LU`` of shape ``(..., m, n)`` holding ``L``'s strictly lower part and ``U``,
+    ``pivots`` (int32, not differentiable) LAPACK's row interchanges.  Differentiable in ``A`` by the
+    rules of :func:`lu`; the same errors.  :func:`lu_solve` takes the result."""
+    from .composite.lu import LuFunction, check_pivots, packed
+
+    checks.matrix_input(A, "A", complex_ok=True)
+    if not pivot:
+        raise ValueError("lu_factor: pivot=False is not supported (LU without pivoting is unstable; torch supports it on CUDA only)")
+    _, L, U, pivots = LuFunction.apply(A)
+    check_pivots(U.detach(), "lu_factor of a singular A would divide by zero in lu_solve (as torch.linalg.lu_factor, "
+                             "this raises; agt.lu factors it)")
+    return torch.return_types.linalg_lu_factor((packed(L, U), pivots))
+
+
+def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool = True,
+             adjoint: bool = False) -> torch.Tensor:
+    """``X`` with ``A X = B`` (``X A = B`` with ``left=False``; ``A^H`` for ``A`` with ``adjoint=True``)
+    from the packed factors of a square ``A = P L U`` (:func:`lu_factor`), as
+    :func:`torch.linalg.lu_solve`.  Differentiable in ``LU`` and ``B``: the two triangular solves
+    are :func:`solve_triangular`'s derived rules, ``P`` is constant.
+
+    Raises:
+        ValueError (a ``RuntimeError`` too, as torch's): shapes or dtypes torch rejects;
+            :class:`adjointgen.SingularMatrixError` for a zero pivot.
+    """
+    from .composite.lu import unpacked
+
+    checks.like_torch(torch.linalg.lu_solve, LU, pivots, B, left=left, adjoint=adjoint)
+    checks.matrix_input(LU, "LU", square=True, complex_ok=True)
+    checks.matrix_input(B, "B", complex_ok=True)
+    P, L, U = unpacked(LU, pivots)
+    if adjoint:  # A^H = U^H L^H P^T
+        if left:  # X = P L^-H U^-H B
+            Y = solve_triangular(U.mH, B, upper=False)
+            return P @ solve_triangular(L.mH, Y, upper=True, unitriangular=True)
+        # X A^H = B: X = B P L^-H U^-H
+        Y = solve_triangular(L.mH, B @ P, upper=True, left=False, unitriangular=True)
+        return solve_triangular(U.mH, Y, upper=False, left=False)
+    if left:  # X = U^-1 L^-1 P^T B
+        Y = solve_triangular(L, P.mT @ B, upper=False, unitriangular=True)
+        return solve_triangular(U, Y, upper=True)
+    # X P L U = B: X = B U^-1 L^-1 P^T
+    Y = solve_triangular(U, B, upper=True, left=False)
+    return solve_triangular(L, Y, upper=False, left=False, unitriangular=True) @ P.mT
 
 
 def qr(A: torch.Tensor, mode: str = "reduced"):

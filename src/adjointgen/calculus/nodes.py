@@ -42,6 +42,8 @@ __all__ = [
     "DI",
     "DJ",
     "EngineNode",
+    "Adjugate",
+    "Det",
 ]
 
 #: the two scalar arguments of every pairwise formula ``f(d_i, d_j)``
@@ -518,6 +520,65 @@ class SignDet(_ScalarNode):
         if not structure.complex:
             return [(sp.Integer(1), (self,))]
         return [(sp.Integer(1), (SignDet(alg.normalize(Transpose(self.arg), structure)),))]
+
+
+class Adjugate(_UnaryMatrixNode):
+    """``adj(A)``: the transposed matrix of cofactors, ``A adj(A) = adj(A) A = det(A) I``; defined
+    and continuous at singular ``A`` too (``det(A) A^-1`` where ``A`` is invertible).  Not linear;
+    ``adj(A)^H = adj(A^H)``.  Generated code computes it with a runtime routine that stays finite
+    and differentiable where ``A`` is singular (:func:`adjointgen.runtime.linalg.adjugate`)."""
+
+    _label = "adj"
+
+    def _eval_transpose(self):
+        return Adjugate(Transpose(self.arg))
+
+    def differential_rule(self, d):
+        raise NotImplementedError("no differential rule for adj(A): differentiate det(A) (Jacobi's formula) instead")
+
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (Adjugate(alg.normalize(self.arg, structure)),))]
+
+    def transpose_rule(self, alg, structure):
+        """``adj(A)^H = adj(A^H)``."""
+        return [(sp.Integer(1), (Adjugate(alg.normalize(Transpose(self.arg), structure)),))]
+
+    def adjoint_rule(self, g):
+        return None  # not linear
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.adjugate(ev(self.arg))
+
+    def lower_rule(self, b):
+        return b.emit("adjugate", [b.lower(self.arg)], "matrix")
+
+
+class Det(_ScalarNode):
+    """``det A`` of a square matrix, as a ``1×1`` matrix (complex for complex ``A``).  Its
+    differential is Jacobi's formula with the adjugate, ``d det A = tr(adj(A) dA)``, which holds at
+    singular ``A`` too (where ``det(A) tr(A^-1 dA)`` does not exist)."""
+
+    _label = "det"
+
+    def _eval_transpose(self):
+        return None  # conj(det A) = det(A^H): not itself in a complex derivation
+
+    def differential_rule(self, d):
+        """Jacobi's formula: ``d det A = tr(adj(A) dA)``."""
+        dm = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dm, ZeroMatrix) else Trace(MatMul(Adjugate(self.arg), dm))
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.det(ev(self.arg))
+
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (Det(alg.normalize(self.arg, structure)),))]
+
+    def transpose_rule(self, alg, structure):
+        """``conj(det A) = det(A^H)``."""
+        if not structure.complex:
+            return [(sp.Integer(1), (self,))]
+        return [(sp.Integer(1), (Det(alg.normalize(Transpose(self.arg), structure)),))]
 
 
 class ScalarIdentity(EngineNode, MatrixExpr):

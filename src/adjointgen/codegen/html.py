@@ -70,6 +70,12 @@ class MathML(MathMLPresentationPrinter):
     def _print_SignDet(self, e):
         return self._function("sgn det", e.arg)
 
+    def _print_Det(self, e):
+        return self._function("det", e.arg)
+
+    def _print_Adjugate(self, e):
+        return self._function("adj", e.arg)
+
     def _print_ScalarIdentity(self, e):  # g I
         row = self.dom.createElement("mrow")
         row.appendChild(self._print(e.arg))

@@ -52,6 +52,7 @@ OPS = {
     "imaginary_part": "i times the imaginary part of a scalar, skew of a 1×1 value (0 for real data)",
     "scalar_mul": "the product of two scalars",
     "zeros_like": "a zero value of the shape of a",
+    "adjugate": "adj(a), the transposed cofactor matrix (runtime routine, finite at singular a)",
 }
 
 
@@ -430,6 +431,10 @@ class OperationIR:
     @property
     def uses_shifted_solve(self) -> bool:
         return any(v.op == "shifted_solve" for r in self.rules for v in r.values)
+
+    @property
+    def uses_adjugate(self) -> bool:
+        return any(v.op == "adjugate" for r in self.rules for v in r.values)
 
     @property
     def uses_sylvester(self) -> bool:

@@ -788,14 +788,15 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
     outputs = []
     for s in outputs_sorted:
         public, form = d.public_forms.get(s.name, (api[s.name], None))
+        constant = s.name in d.constant_outputs
         if s.shape == (1, 1):
-            outputs.append(OutputIR(api[s.name], public, "scalar", (), s.name in d.constant_outputs))
+            outputs.append(OutputIR(api[s.name], public, "scalar", (), constant))
         elif s.name in d.structure.diagonal:
-            outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],)))
+            outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],), constant))
         elif form == "adjoint":
-            outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s)))))
+            outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s))), constant))
         else:
-            outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s)))
+            outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s), constant))
     return PublicIR(
         torch_forward=ref(spec.torch),
         numpy_forward=ref(spec.numpy),

@@ -132,6 +132,7 @@ TORCH = ArrayPrinter(
         "imaginary_part": "torch.zeros_like({0})",
         "scalar_mul": "{0} * {1}",
         "zeros_like": "torch.zeros_like({0})",
+        "adjugate": "_linalg.adjugate({0})",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -201,6 +202,7 @@ XP = ArrayPrinter(
         "imaginary_part": "0 * {0}",
         "scalar_mul": "{0} * {1}",
         "zeros_like": "xp.zeros_like({0})",
+        "adjugate": "_adjugate(xp, {0})",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",

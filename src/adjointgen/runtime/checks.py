@@ -289,7 +289,7 @@ def finite(x: torch.Tensor, name: str) -> None:
         return
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
-        lo, hi = torch.aminmax(torch.view_as_real(x) if x.is_complex() else x)
+        lo, hi = torch.aminmax(torch.view_as_real(x.resolve_conj()) if x.is_complex() else x)
         if not all(map(math.isfinite, torch.stack((lo, hi)).tolist())):  # one transfer to the host
             raise ValueError(f"{name} contains NaN or Inf")
 

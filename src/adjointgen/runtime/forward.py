@@ -108,6 +108,14 @@ def solve_lower(A, B):
     return torch.linalg.solve_triangular(A, B, upper=False)
 
 
+def lu(A):
+    """``(P, L, U)`` with ``A = P L U``, as ``torch.linalg.lu`` (partial pivoting; tall and wide
+    ``A`` too).  A singular ``A`` factors (a zero on ``U``'s diagonal), as torch; its derivative is
+    refused where it is taken (:func:`adjointgen.composite.lu.check_pivots`)."""
+    P, L, U = torch.linalg.lu(A)
+    return P, L, U
+
+
 def qr(A):
     """Reduced QR ``(Q, R)`` of a tall or square ``A``, as ``torch.linalg.qr(A)`` (LAPACK's signs)."""
     Q, R = torch.linalg.qr(A, mode="reduced")
@@ -126,6 +134,11 @@ def slogdet(A):
     sign = parity * diagonal.sgn().prod(-1)  # a unit phase for complex A, 0 for a singular one
     logabsdet = diagonal.abs().log().sum(-1)
     return sign, logabsdet, LU, pivots
+
+
+def det(A):
+    """``torch.linalg.det(A)`` (real or complex; 0 for a singular ``A``)."""
+    return torch.linalg.det(A)
 
 
 def sqrtm_general(A):

@@ -164,6 +164,32 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     return pinv_with(jnp, A, atol, rtol)
 
 
+def lu(A):
+    """``(P, L, U)`` with ``A = P L U`` (partial pivoting; ``P`` in ``A``'s dtype), as
+    ``jax.scipy.linalg.lu``."""
+    import jax.scipy.linalg
+
+    P, L, U = jax.scipy.linalg.lu(A)
+    return P.astype(A.dtype), L, U
+
+
+def adjugate(xp, A):
+    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, from the SVD
+    ``A = U S V^H``: ``det(U) det(V^H) V diag(prod_{j != i} s_j) U^H`` (no branch on values, so it
+    traces; exact and differentiable at rank ``n - 1``)."""
+    n = A.shape[-1]
+    if n <= 1:
+        return xp.ones_like(A) if n == 1 else A
+    U, S, Vh = xp.linalg.svd(A)
+    ones = xp.ones_like(S[..., :1])
+    before = xp.cumprod(xp.concatenate([ones, S[..., :-1]], -1), -1)
+    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(S, -1)[..., :-1]], -1), -1), -1)
+    phase = xp.linalg.det(U) * xp.linalg.det(Vh)
+    V = xp.conj(xp.swapaxes(Vh, -1, -2))
+    return phase[..., None, None] * xp.matmul(V * (before * after).astype(A.dtype)[..., None, :],
+                                              xp.conj(xp.swapaxes(U, -1, -2)))
+
+
 # ---------------------------------------------------------------- argument checks
 def inputs(op: str, named, *, square, complex_ok: bool):
     """Check a public function's inputs (``(name, array)`` pairs): floating (complex where

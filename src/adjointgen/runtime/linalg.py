@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["lu_solve", "sylvester"]
+__all__ = ["adjugate", "lu_solve", "sylvester"]
 
 
 def _reusable(*tensors) -> bool:
@@ -149,3 +149,75 @@ def sylvester(A, B, C, hermitian: bool = True):
     if not hermitian:
         return _SylvesterGeneral.apply(A, B, C)
     return _Sylvester.apply(A, A if same else B, C, same)
+
+
+def adjugate(A):
+    """``adj(A)``, with ``A adj(A) = det(A) I``, for batches of square real or complex ``A``,
+    differentiable (torch operations only) and finite where ``A`` is singular.
+
+    Where every matrix of the batch is well conditioned (its LU pivots within ``sqrt(eps)`` of the
+    largest, read on the host) it is ``det(A) A^-1`` from one LU factorization; otherwise (and
+    under a compiler, which has no values to read) it is taken from the SVD ``A = U S V^H``:
+    ``adj(A) = det(U) det(V^H) V diag(prod_{j != i} s_j) U^H``, exact at rank ``n - 1`` and, for
+    real ``A``, differentiable there (distinct singular values).  For complex ``A`` the SVD's own
+    derivative divides by the smallest singular value (its phase term), so a derivative of this
+    value (a second derivative of ``det``) raises :class:`SingularMatrixError` instead of
+    returning a wrong number; at rank ``n - 2`` and below the value is exact (zero) but its
+    derivative is not defined by the SVD."""
+    n = A.shape[-1]
+    if n == 0:
+        return A.clone()
+    if n == 1:
+        return torch.ones_like(A)
+    from .checks import physical
+
+    plain = physical(A)
+    if plain is not None and plain[0].numel():
+        with torch.no_grad():
+            magnitude = torch.linalg.lu_factor_ex(plain[0])[0].diagonal(dim1=-2, dim2=-1).abs()
+        eps = torch.finfo(magnitude.dtype).eps
+        if bool((magnitude.amin(-1) > magnitude.amax(-1) * eps ** 0.5).all()):
+            LU, pivots, _ = torch.linalg.lu_factor_ex(A)
+            swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
+            parity = 1 - 2 * (swaps % 2).to(A.dtype)
+            det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
+            eye = torch.eye(n, dtype=A.dtype, device=A.device).expand_as(A)
+            return det[..., None, None] * torch.linalg.lu_solve(LU, pivots, eye)
+    U, S, Vh = torch.linalg.svd(A)
+    ones = torch.ones_like(S[..., :1])
+    before = torch.cumprod(torch.cat([ones, S[..., :-1]], -1), -1)  # prod_{j < i} s_j
+    after = torch.cumprod(torch.cat([ones, S.flip(-1)[..., :-1]], -1), -1).flip(-1)  # prod_{j > i} s_j
+    others = (before * after).to(A.dtype)
+    phase = torch.linalg.det(U) * torch.linalg.det(Vh)
+    adj = phase[..., None, None] * ((Vh.mH * others[..., None, :]) @ U.mH)
+    if A.is_complex() and torch.is_grad_enabled() and (A.requires_grad or _is_dual(A)):
+        return _NotDifferentiatedFurther.apply(adj, "the derivative of adj(A) (a second derivative of det) at a "
+                                                    "singular or nearly singular complex A is not supported: the "
+                                                    "SVD it is computed from divides by the zero singular value")
+    return adj
+
+
+class _NotDifferentiatedFurther(torch.autograd.Function):
+    """The identity, whose derivative raises :class:`SingularMatrixError` with ``message``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(X, message):
+        return X.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        from .checks import SingularMatrixError
+
+        raise SingularMatrixError(ctx.message)
+
+    @staticmethod
+    def jvp(ctx, dX, _):
+        from .checks import SingularMatrixError
+
+        raise SingularMatrixError(ctx.message)

@@ -377,3 +377,48 @@ def sqrtm_general(A):
         root = scipy.linalg.sqrtm(a[idx])
         out[idx] = root.real if not numpy.iscomplexobj(out) else root
     return xp.asarray(out)
+
+
+def lu(A):
+    """``(P, L, U)`` with ``A = P L U`` (partial pivoting, ``P`` in ``A``'s dtype) for NumPy arrays
+    (SciPy, batched) and CuPy arrays (``cupyx.scipy.linalg.lu`` per matrix)."""
+    xp = array_module(A)
+    if is_cupy(xp):  # pragma: no cover - needs a GPU
+        import cupyx.scipy.linalg
+
+        flat = A.reshape(-1, *A.shape[-2:])
+        parts = [cupyx.scipy.linalg.lu(a) for a in flat]
+        P, L, U = (xp.stack([p[i] for p in parts]).reshape(*A.shape[:-2], *parts[0][i].shape) if parts else
+                   xp.empty((*A.shape[:-2], *shape), A.dtype)
+                   for i, shape in enumerate(((A.shape[-2],) * 2, (A.shape[-2], min(A.shape[-2:])),
+                                              (min(A.shape[-2:]), A.shape[-1]))))
+        return P.astype(A.dtype), L, U
+    import scipy.linalg
+
+    a = numpy.asarray(A)
+    m, n = a.shape[-2:]
+    if a.size == 0:
+        k = min(m, n)
+        batch = a.shape[:-2]
+        eye = numpy.broadcast_to(numpy.eye(m, dtype=a.dtype), (*batch, m, m)).copy()
+        return eye, numpy.zeros((*batch, m, k), a.dtype), numpy.zeros((*batch, k, n), a.dtype)
+    P, L, U = scipy.linalg.lu(a)
+    return P.astype(a.dtype), L, U
+
+
+def adjugate(xp, A):
+    """``adj(A)`` (``A adj(A) = det(A) I``) for NumPy/CuPy arrays, finite at singular ``A``:
+    ``det(A) A^-1`` where every matrix's singular values are within ``sqrt(eps)`` of the largest, else from the SVD (see :func:`adjointgen.runtime.linalg.adjugate`)."""
+    n = A.shape[-1]
+    if n <= 1:
+        return xp.ones_like(A) if n == 1 else A.copy()
+    U, S, Vh = xp.linalg.svd(A)
+    eps = xp.finfo(S.dtype).eps
+    if A.size and bool((S[..., -1] > S[..., 0] * eps ** 0.5).all()):
+        return xp.linalg.det(A)[..., None, None] * xp.linalg.inv(A)
+    ones = xp.ones_like(S[..., :1])
+    before = xp.cumprod(xp.concatenate([ones, S[..., :-1]], -1), -1)
+    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(S, -1)[..., :-1]], -1), -1), -1)
+    phase = xp.linalg.det(U) * xp.linalg.det(Vh)
+    V = xp.conj(xp.swapaxes(Vh, -1, -2))
+    return phase[..., None, None] * xp.matmul(V * (before * after)[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))
