@@ -17,7 +17,14 @@ def test_every_derivation_passes_its_audit(root, name):
     # the audit really measured something: JVP steps against finite differences
     jvp_steps = [s for s in report.steps if s.kind == "jvp"]
     assert jvp_steps and all(s.residual is not None and s.residual < 1e-7 for s in jvp_steps)
-    assert any(s.symbolic == "verified" for s in report.steps)
+    if name in NUMERIC_ONLY:  # exp of a general matrix has no explicit symbolic form: no step can be replayed
+        assert all(s.symbolic != "verified" and "not applicable" in str(s.symbolic) for s in report.steps)
+    else:
+        assert any(s.symbolic == "verified" for s in report.steps)
+
+
+#: derivations whose every step holds the general matrix exponential (numeric audit only)
+NUMERIC_ONLY = {"matrix_exp", "logm_general"}
 
 
 def _copy_project(root, tmp_path):

@@ -36,6 +36,10 @@ OURS = {
     ("linalg.solve_triangular", ""): lambda A, B, upper, left=True, unitriangular=False: agt.solve_triangular(
         A, B, upper=upper, left=left, unitriangular=unitriangular),
     ("linalg.det", ""): lambda A: agt.det(A),
+    ("linalg.lstsq", ""): lambda A, B, rcond=None, driver=None: agt.lstsq(A, B, rcond, driver=driver),
+    ("linalg.lstsq", "grad_oriented"): lambda A, B, rcond=None, driver=None: agt.lstsq(A, B, rcond,
+                                                                                      driver=driver).solution,
+    ("matrix_exp", ""): lambda A: agt.matrix_exp(A),
     ("logdet", ""): lambda A: agt.logdet(A),
     ("linalg.lu", ""): lambda A, pivot=True: agt.lu(A, pivot=pivot),
     ("linalg.lu_factor", ""): lambda A, pivot=True: agt.lu_factor(A, pivot=pivot),

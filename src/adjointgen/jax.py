@@ -1,7 +1,7 @@
 """adjointgen's operations for JAX: ``import adjointgen.jax as agj``.
 
 ``agj.eigh(A)``, ``agj.eigh_generalized(A, B)``, ``agj.svd(A)``, ``agj.pinv(A)``,
-``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.lu(A)`` (square), ``agj.det(A)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.solve_triangular(A, B)`` (lower
+``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.lu(A)`` (square), ``agj.lstsq(A, B)``, ``agj.det(A)``, ``agj.matrix_exp(A)``, ``agj.logm_general(A)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.solve_triangular(A, B)`` (lower
 triangular ``A``), ``agj.slogdet(A)``: each is
 ``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode is JAX's
 transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``,

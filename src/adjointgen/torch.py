@@ -17,6 +17,7 @@ from .generated.torch import eigh as _eigh
 from .generated.torch import eigh_generalized as _eigh_generalized
 from .generated.torch import funm as _funm
 from .generated.torch import inv as _inv
+from .generated.torch import lstsq as _lstsq
 from .generated.torch import qr as _qr
 from .generated.torch import slogdet as _slogdet
 from .generated.torch import solve as _solve
@@ -26,7 +27,7 @@ from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "det", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lu", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
+__all__ = ["cholesky", "det", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
            "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex"]
 
 
@@ -486,6 +487,90 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
     return PinvFunction.apply(A, checks.Options((atol, rtol, hermitian)))
 
 
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def lstsq(A: torch.Tensor, B: torch.Tensor, rcond: float | None = None, *, driver: str | None = None):
+    """Least-squares solution of ``A X = B`` as :func:`torch.linalg.lstsq`: the result tuple
+    ``(solution, residuals, rank, singular_values)`` with torch's shapes and its per-driver rules for
+    which of the last three are computed (``driver`` defaults to ``"gelsy"`` on CPU and ``"gels"``
+    on CUDA, where it is the only one).
+
+    ``solution`` is the minimum-norm least-squares solution ``A⁺ B`` for every driver: singular
+    values at most ``rcond * sigma_max`` are treated as zero (``rcond`` defaults to
+    ``eps * max(m, n)``), so full-rank tall input gets the least-squares solution, full-rank wide
+    input the solution of least norm, and rank-deficient input the minimum-norm minimiser (torch's
+    ``"gels"`` assumes full rank and returns garbage otherwise).  The pseudo-inverse is computed by
+    the rank-revealing fast path of :func:`pinv` (one LU, Cholesky or QR when no singular value is
+    near the cutoff; the SVD otherwise) and kept for the rule.
+
+    The gradient of ``solution`` (and of ``residuals``, computed from it) is the constant-rank rule
+    derived in ``derivations/lstsq.py`` from ``X = P B`` and the four Penrose identities of ``P = A⁺``
+    (torch's backward computes ``pinv(A)`` by an SVD); reverse and forward mode, ``torch.func``
+    transforms, higher derivatives, real and complex, batches that broadcast.  ``rank`` and
+    ``singular_values`` are not differentiable, as in torch.
+
+    ``B`` is a batch of vectors ``(..., m)`` exactly when it is 1-D or ``B.shape == A.shape[:-1]``
+    (as for :func:`solve`), else a batch of matrices ``(..., m, k)``; batch dimensions broadcast.
+
+    Raises:
+        ValueError: NaN/Inf, non-floating or mismatched dtypes, shapes torch rejects (also a
+            ``RuntimeError``, with torch's message), an unknown driver.
+    """
+    checks.tensor(A, "A")
+    checks.tensor(B, "B")
+    if A.dim() < 2:
+        raise checks.ShapeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if not 0 <= A.dim() - B.dim() <= 1 or B.dim() < 1:
+        raise checks.ShapeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                                "(input.dim() - other.dim()) <= 1")
+    if A.dtype != B.dtype:
+        raise checks.ShapeError(f"torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+                                f"input's dtype {str(A.dtype)[6:].capitalize()} and other's dtype "
+                                f"{str(B.dtype)[6:].capitalize()}")
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    Bm = B.unsqueeze(-1) if vector else B
+    if A.shape[-2] != Bm.shape[-2]:
+        raise checks.ShapeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    if driver is None:
+        driver = "gels" if A.device.type == "cuda" else "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise checks.ShapeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    if A.device.type == "cuda" and driver != "gels":
+        raise checks.ShapeError("torch.linalg.lstsq: `driver` other than `gels` is not supported on CUDA")
+    if rcond is not None and not (isinstance(rcond, (int, float)) and rcond >= 0):
+        raise ValueError(f"lstsq: rcond must be a non-negative number or None, got {rcond!r}")
+    m, n = A.shape[-2:]
+    checks.matrix_input(A, "A", complex_ok=True)
+    checks.matrix_input(Bm, "B", complex_ok=True)
+    Ab, Bb = checks.broadcast_batch(A, Bm)
+    X, P = _lstsq.LstsqFunction.apply(Ab, Bb, checks.Options((rcond,)))  # P = A⁺, for the rule and the rank
+    batch_A = A.shape[:-2]
+    real = A.real.dtype if A.is_complex() else A.dtype
+    empty = A.new_empty((0,), dtype=real)
+    rank = torch.empty(0, dtype=torch.int64, device=A.device)
+    if driver != "gels":
+        with torch.no_grad():
+            if min(m, n) == 0:
+                rank = torch.zeros(batch_A, dtype=torch.int64, device=A.device)
+            else:
+                # rank(A) = tr(A A⁺) (A A⁺ is an orthogonal projector): no second factorization
+                trace = (Ab.detach() * P.detach().mT).sum((-2, -1))
+                ranks = (trace.real if trace.is_complex() else trace).round().to(torch.int64)
+                # torch's rank has the batch shape of A (B has no more dimensions than A), not the broadcast one
+                rank = ranks[tuple(slice(0, 1) if a == 1 else slice(None) for a in batch_A)].reshape(batch_A)
+    residuals = empty
+    # torch computes residuals for m > n, except with gelsy, and with gelsd/gelss only at full rank
+    if m > n and (driver == "gels" or driver != "gelsy" and (rank.numel() == 0 or bool((rank == n).all()))):
+        r = A @ X - Bm
+        residuals = (r.real ** 2 + r.imag ** 2 if r.is_complex() else r ** 2).sum(-2)
+    singular_values = empty
+    if driver in ("gelsd", "gelss"):
+        with torch.no_grad():
+            singular_values = torch.linalg.svdvals(A.detach())
+    return torch.return_types.linalg_lstsq((X.squeeze(-1) if vector else X, residuals, rank, singular_values))
+
+
 def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | None = None,
         broadening: float | None = None):
     """Singular value decomposition ``A = U diag(S) Vh`` as :func:`torch.linalg.svd`, with the rule
@@ -595,25 +680,52 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
 
 # ------------------------------------------------------------------ matrix functions
 def expm(A: torch.Tensor) -> torch.Tensor:
-    """``exp(A)`` of symmetric (Hermitian) ``A``, as :func:`torch.linalg.matrix_exp` for such ``A``:
-    ``V exp(w) V^H`` from ``eigh``, differentiable with the Daleckii–Krein rule derived in
-    ``derivations/funm.py`` (reverse and forward mode, ``torch.func`` transforms, second
-    derivatives; continuous at repeated eigenvalues).
+    """``exp(A)`` of a square ``A``, as :func:`torch.linalg.matrix_exp`.
+
+    Symmetric (Hermitian) ``A`` (to ``100 eps``): ``V exp(w) V^H`` from ``eigh``, differentiable with
+    the Daleckii–Krein rule derived in ``derivations/funm.py`` (continuous at repeated eigenvalues).
+    Any other ``A``, and every ``A`` under ``vmap``: :func:`matrix_exp`.  Reverse and forward mode,
+    ``torch.func`` transforms, second derivatives.
 
     Raises:
-        ValueError: not a symmetric (Hermitian) floating matrix, NaN/Inf.
+        ValueError: not a square floating matrix, NaN/Inf.
     """
-    return _funm.expm(A)
+    return _symmetric_or_general(A, _funm.expm, "matrix_exp")
+
+
+def matrix_exp(A: torch.Tensor) -> torch.Tensor:
+    """``exp(A)`` of a general square ``A``, as :func:`torch.linalg.matrix_exp` (real or complex).
+
+    The Fréchet derivative is derived in ``derivations/matrix_exp.py``: ``dX = L_exp[A](dA)``, the
+    upper right corner of ``exp([[A, dA], [0, A]])``, and ``gA = L_exp[A^H](gX)``; both are evaluated
+    with the block exponential, whose own derivatives are exact, so every order is (reverse and
+    forward mode, ``torch.func`` transforms, higher derivatives; float32/float64/complex64/
+    complex128, CPU/CUDA, empty batches).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf.
+    """
+    from .generated.torch.matrix_exp import matrix_exp as general
+
+    return general(A)
 
 
 def logm(A: torch.Tensor) -> torch.Tensor:
-    """The principal logarithm of symmetric (Hermitian) positive definite ``A``: ``V log(w) V^H``,
-    differentiable to second order (see :func:`expm`).
+    """The principal logarithm of a square ``A`` (eigenvalues off the closed negative real axis), as
+    :func:`scipy.linalg.logm`.
+
+    Symmetric (Hermitian) ``A`` (to ``100 eps``): positive definite, ``V log(w) V^H`` from ``eigh``,
+    differentiable to second order (see :func:`expm`).  Any other ``A``, and every ``A`` under
+    ``vmap``: SciPy's inverse scaling and squaring on the host (tensors on a GPU make a round trip),
+    real for real ``A``; its Fréchet derivative is derived in ``derivations/logm_general.py`` from
+    ``exp(X) = A`` as the inverse of the exponential's, ``dX = L_exp[X]^-1(dA)``, solved with the
+    block logarithm, to any order (reverse, forward, ``torch.func`` transforms).
 
     Raises:
-        ValueError: not symmetric, or an eigenvalue ``<= 0`` (named in the message).
+        ValueError: an eigenvalue ``<= 0`` of symmetric ``A``, or of general ``A`` on the closed
+            negative real axis (named in the message).
     """
-    return _funm.logm(A)
+    return _symmetric_or_general(A, _funm.logm, "logm_general")
 
 
 def sqrtm(A: torch.Tensor) -> torch.Tensor:
@@ -638,7 +750,18 @@ def sqrtm(A: torch.Tensor) -> torch.Tensor:
     Under ``torch.compile`` (and on meta tensors) values cannot be read and the host solver cannot
     run: ``A`` is taken as symmetric there.
     """
+    return _symmetric_or_general(A, _funm.sqrtm, "sqrtm_general")
+
+
+def _symmetric_or_general(A, hermitian_function, general: str):
+    """``hermitian_function(A)`` (``funm``'s eigenbasis rule) for symmetric (Hermitian) ``A``, else
+    the generated general-matrix function ``general`` -- also for every ``A`` under ``vmap``, where
+    values cannot be tested (the general function is right for every ``A``).  Under
+    ``torch.compile`` and on meta tensors ``A`` is taken as symmetric."""
+    import importlib
+
     checks.tensor(A, "A")
+    checks.floating(A, "A", complex_ok=True)
     checks.matrix(A, "A", square=True)
     batched = checks.is_traced(A) and not (A.is_meta or checks.is_compiling_or_fake(A))
     hermitian = not batched
@@ -647,11 +770,10 @@ def sqrtm(A: torch.Tensor) -> torch.Tensor:
             checks.symmetric(A, "A")
         except ValueError:
             hermitian = False
-    if not hermitian:  # (vmap: values cannot be tested; the general root is right for every A)
-        from .generated.torch.sqrtm_general import sqrtm_general
-
-        return sqrtm_general(A)
-    return _funm.sqrtm(A)
+    if not hermitian:
+        module = importlib.import_module(f"{__package__}.generated.torch.{general}")
+        return getattr(module, general)(A)
+    return hermitian_function(A)
 
 
 def powm(A: torch.Tensor, p: float) -> torch.Tensor:

@@ -3,10 +3,10 @@ from sympy.matrices.expressions import HadamardProduct, Identity, Inverse, Matri
 
 from .algebra import DerivationError
 from .derivation import Derivation, Equation
-from .nodes import Adjugate, Det, DiagPart, LogAbsDet, LowerHalf, PairwiseMatrix, ScalarIdentity, SignDet, Skew, StrictlyLower, Sym, Trace
+from .nodes import Adjugate, Det, DiagPart, ExpFrechet, ExpFrechetSolve, LogAbsDet, MatrixExp, LowerHalf, PairwiseMatrix, ScalarIdentity, SignDet, Skew, StrictlyLower, Sym, Trace
 
 __all__ = [
-    "Adjugate", "Derivation", "DerivationError", "Det", "DiagPart", "Equation", "HadamardProduct", "Identity",
+    "Adjugate", "Derivation", "DerivationError", "Det", "DiagPart", "ExpFrechet", "ExpFrechetSolve", "MatrixExp", "Equation", "HadamardProduct", "Identity",
     "Inverse", "LogAbsDet", "LowerHalf", "MatrixSymbol", "PairwiseMatrix", "ScalarIdentity", "SignDet", "Skew", "StrictlyLower",
     "Sym", "Trace", "Transpose",
     "ZeroMatrix",

@@ -35,7 +35,7 @@ from sympy.matrices.expressions import (
 from . import algebra
 from .algebra import DerivationError, expand, normalize
 from .spec import OperationSpec, Source, freeze
-from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, OperatorSolve, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,7 @@ class Derivation:
         self.functions: dict[str, sp.FunctionClass] = {}
         #: outputs the forward returns for the rules only (see :meth:`output`)
         self.auxiliary_outputs: set[str] = set()
+        self.hidden_outputs: set[str] = set()
         #: piecewise-constant outputs (see :meth:`output`): no tangent, no rule
         self.constant_outputs: set[str] = set()
         #: instantiations of the scalar functions: operation name -> {function name: Lambda}, options
@@ -359,7 +360,7 @@ class Derivation:
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
                unit_diagonal=False, real_diagonal=False, api=None, public=None, form=None, auxiliary=False,
-               constant=False, symmetric=False):
+               constant=False, symmetric=False, hidden=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -377,6 +378,10 @@ class Derivation:
         ``symmetric`` (Hermitian in a complex derivation): the output and its tangent are, so the
         engine reads ``P^T`` as ``P`` (``P`` of the polar decomposition ``A = U P``), with no identity
         to state it.
+        ``hidden``: an output with its rule that the forward and the autograd function return but
+        the public function does not: an intermediate the other rules read (the pseudo-inverse
+        ``P`` of least squares), differentiable so that higher derivatives through those rules are
+        exact.
         ``constant``: piecewise constant (the sign of ``det A``, a permutation): its derivative is
         zero wherever it is defined, so it has no tangent and no rule; the public function returns
         it, not differentiable.
@@ -408,6 +413,8 @@ class Derivation:
             self.auxiliary_outputs.add(name)
         if constant:
             self.constant_outputs.add(name)
+        if hidden:
+            self.hidden_outputs.add(name)
         if form is not None or public is not None:
             if form not in ("adjoint",):
                 self._fail(f"output {name}", f"form must be 'adjoint', got {form!r}")
@@ -1490,6 +1497,32 @@ class Derivation:
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
         return new
 
+    def invert_operator(self, eq: Equation, X: MatrixSymbol, label=None) -> Equation:
+        """Solve ``c L(X) + R = 0`` for ``X``, ``L`` a linear operator node with a declared inverse
+        (``L_exp[A]``, the Fréchet derivative of the matrix exponential, and its inverse
+        ``L_exp[A]^-1``): ``X = L^-1(-R/c)``.  ``exp(X) = A`` differentiates to
+        ``L_exp[X](dX) = dA``, which this turns into ``dX = L_exp[X]^-1(dA)`` (the logarithm's
+        Fréchet derivative).  ``X`` must appear only as the argument of that one operator.
+
+        Records: an ``invert_operator`` step.  Numeric check: the residual of the solution, with the
+        inverse evaluated independently (a dense solve of the operator's matrix) on every instance.
+        Symbolic check: none (an implicit solve).
+        """
+        label = label or f"invert the operator applied to {X.name}"
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        mine = [(c, fs) for c, fs in res if len(fs) == 1 and isinstance(fs[0], OperatorSolve)
+                and fs[0].arg == X and hasattr(fs[0], "inverse_operator")]
+        if len(mine) != 1:
+            self._fail(label, f"no single term c L({X.name}) with an invertible operator L in {eq}")
+        (c, (node,)), = mine
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) != mine[0]]
+        if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{X.name} appears outside {node} in {eq}")
+        new = Equation(X, self._norm(node.inverse_operator(MatMul(-1 / c, algebra.build(rest, X.shape)))))
+        self._record("invert_operator", label, new, check=_equation_check(new),
+                     note=f"{node} = C solved for {X.name}")
+        return new
+
     def isolate(self, eq: Equation, tangent: MatrixSymbol, block, label=None) -> Equation:
         """Move the terms holding ``tangent`` to the left, the rest to the right, and scale so the
         left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``).
@@ -1563,7 +1596,7 @@ class Derivation:
                 continue
             t = self.tangents[out.name]
             if t.name not in solutions:
-                if partial:
+                if partial or out.name in self.auxiliary_outputs:  # an auxiliary output has no rule of its own
                     continue
                 self._fail("JVP", f"no solution given for {t.name}")
             eq = solutions[t.name]

@@ -81,6 +81,33 @@ class _Numpy:
         return np.linalg.det(a) * np.linalg.inv(a)  # the audit's instances are invertible
 
     @staticmethod
+    def expm(a):
+        import scipy.linalg
+
+        return scipy.linalg.expm(a)
+
+    @staticmethod
+    def expm_frechet(a, e):
+        import scipy.linalg
+
+        return scipy.linalg.expm_frechet(a, e, compute_expm=False)
+
+    @staticmethod
+    def expm_frechet_solve(x, c):
+        """``Y`` with ``L_exp[x](Y) = c``: the dense ``n^2 × n^2`` system of the operator (small
+        audit instances), independent of the runtime's block-logarithm solver."""
+        import scipy.linalg
+
+        n = x.shape[0]
+        columns = []
+        for k in range(n * n):
+            e = np.zeros(n * n, dtype=complex)
+            e[k] = 1
+            columns.append(scipy.linalg.expm_frechet(x, e.reshape(n, n), compute_expm=False).reshape(-1))
+        y = np.linalg.solve(np.stack(columns, 1), c.reshape(-1).astype(complex)).reshape(n, n)
+        return y.real if np.isrealobj(x) and np.isrealobj(c) else y
+
+    @staticmethod
     def signdet(a):
         return np.array([[np.linalg.slogdet(a)[0]]])
 
@@ -199,6 +226,18 @@ class _Sympy:
     @staticmethod
     def adjugate(a):
         return a.adjugate()
+
+    @staticmethod
+    def expm(a):
+        raise NotExplicit("the matrix exponential of a general matrix has no explicit symbolic form here")
+
+    @staticmethod
+    def expm_frechet(a, e):
+        raise NotExplicit("the Fréchet derivative of exp has no explicit symbolic form here")
+
+    @staticmethod
+    def expm_frechet_solve(x, c):
+        raise NotExplicit("the inverse Fréchet map of exp has no explicit symbolic form")
 
     @staticmethod
     def logabsdet(a):

@@ -44,6 +44,9 @@ __all__ = [
     "EngineNode",
     "Adjugate",
     "Det",
+    "ExpFrechet",
+    "ExpFrechetSolve",
+    "MatrixExp",
 ]
 
 #: the two scalar arguments of every pairwise formula ``f(d_i, d_j)``
@@ -409,6 +412,111 @@ class ShiftedSolve(OperatorSolve):
         A, B, U, D = self.operator
         shift = "d_i" if isinstance(B, sp.Identity) else f"d_i {printer._print(B)}"
         return f"S[{printer._print(A)} - {shift}; {printer._print(U)}]({printer._print(self.arg)})"
+
+
+class MatrixExp(_UnaryMatrixNode):
+    """``exp(A)`` of a general square matrix (not linear).  Its differential, the engine's rule for
+    this node, is the Fréchet derivative ``d exp(A) = L_exp[A](dA)`` (:class:`ExpFrechet`);
+    ``exp(A)^H = exp(A^H)``."""
+
+    _label = "exp"
+
+    def _eval_transpose(self):
+        return MatrixExp(Transpose(self.arg))
+
+    def differential_rule(self, d):
+        """``d exp(A) = L_exp[A](dA)``."""
+        dm = d(self.arg)
+        return ZeroMatrix(*self.shape) if isinstance(dm, ZeroMatrix) else ExpFrechet(dm, self.arg)
+
+    def expand_rule(self, alg, structure):
+        return [(sp.Integer(1), (MatrixExp(alg.normalize(self.arg, structure)),))]
+
+    def transpose_rule(self, alg, structure):
+        """``exp(A)^H = exp(A^H)``."""
+        return [(sp.Integer(1), (MatrixExp(alg.normalize(Transpose(self.arg), structure)),))]
+
+    def adjoint_rule(self, g):
+        return None  # not linear
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.expm(ev(self.arg))
+
+    def lower_rule(self, b):
+        return b.emit("matrix_exp", [b.lower(self.arg)], "matrix")
+
+
+class ExpFrechet(OperatorSolve):
+    """``L_exp[A](E)``: the Fréchet derivative of the matrix exponential at ``A`` in the direction
+    ``E``, ``exp([[A, E], [0, A]]) = [[exp(A), L_exp[A](E)], [0, exp(A)]]`` (Najfeld and Havel;
+    Al-Mohy and Higham).  Arguments ``(E, A)``.  A linear operator on ``E`` (the algebra treats it
+    as it treats the operator solves), with the adjoint ``<G, L_exp[A](E)> = <L_exp[A^T](G), E>``,
+    the transpose ``L_exp[A](E)^T = L_exp[A^T](E^T)`` and the inverse :class:`ExpFrechetSolve`
+    (:meth:`Derivation.invert_operator`).  Generated code takes the corner of the exponential of
+    the ``2n × 2n`` block matrix, differentiable to any order."""
+
+    def expand_rule(self, alg, structure):
+        """Distributes over sums and scalars; ``A`` in normal form."""
+        A = alg.normalize(self.operator[0], structure)
+        return alg.collect([(c, (ExpFrechet(alg.monomial(sp.Integer(1), fs), A),))
+                            for c, fs in alg.expand(self.arg, structure)])
+
+    def adjoint_rule(self, g):
+        """``<G, L_exp[A](E)> = <L_exp[A^T](G), E>``."""
+        return self.arg, ExpFrechet(g, Transpose(self.operator[0]))
+
+    def transpose_rule(self, alg, structure):
+        """``L_exp[A](E)^T = L_exp[A^T](E^T)``."""
+        return [(sp.Integer(1), (ExpFrechet(alg.normalize(Transpose(self.arg), structure),
+                                            alg.normalize(Transpose(self.operator[0]), structure)),))]
+
+    def inverse_operator(self, C):
+        """``L_exp[A]^-1(C)``."""
+        return ExpFrechetSolve(C, self.operator[0])
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.expm_frechet(ev(self.operator[0]), ev(self.arg))
+
+    def lower_rule(self, b):
+        return b.emit("expm_frechet", [b.lower(self.operator[0]), b.lower(self.arg)], "matrix")
+
+    def _sympystr(self, printer):
+        return f"L_exp[{printer._print(self.operator[0])}]({printer._print(self.arg)})"
+
+
+class ExpFrechetSolve(OperatorSolve):
+    """``L_exp[X]^-1(C)``: the ``Y`` with ``L_exp[X](Y) = C`` -- the Fréchet derivative of the
+    principal logarithm at ``exp(X)`` when ``X`` is a principal logarithm (no two eigenvalues of
+    ``X`` differ by a nonzero multiple of ``2 pi i``).  Arguments ``(C, X)``.  Linear in ``C``:
+    adjoint ``<G, L^-1(C)> = <L_exp[X^T]^-1(G), C>``, transpose ``L_exp[X^T]^-1(C^T)``, inverse
+    :class:`ExpFrechet`.  Generated code calls a runtime solver (the corner of the principal
+    logarithm of ``[[exp(X), C], [0, exp(X)]]``, SciPy on the host) whose own derivatives are
+    solves of this kind again, so every order is exact."""
+
+    def expand_rule(self, alg, structure):
+        X = alg.normalize(self.operator[0], structure)
+        return alg.collect([(c, (ExpFrechetSolve(alg.monomial(sp.Integer(1), fs), X),))
+                            for c, fs in alg.expand(self.arg, structure)])
+
+    def adjoint_rule(self, g):
+        """``<G, L_exp[X]^-1(C)> = <L_exp[X^T]^-1(G), C>``."""
+        return self.arg, ExpFrechetSolve(g, Transpose(self.operator[0]))
+
+    def transpose_rule(self, alg, structure):
+        return [(sp.Integer(1), (ExpFrechetSolve(alg.normalize(Transpose(self.arg), structure),
+                                                 alg.normalize(Transpose(self.operator[0]), structure)),))]
+
+    def inverse_operator(self, E):
+        return ExpFrechet(E, self.operator[0])
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.expm_frechet_solve(ev(self.operator[0]), ev(self.arg))
+
+    def lower_rule(self, b):
+        return b.emit("expm_frechet_solve", [b.lower(self.operator[0]), b.lower(self.arg)], "matrix")
+
+    def _sympystr(self, printer):
+        return f"L_exp[{printer._print(self.operator[0])}]^-1({printer._print(self.arg)})"
 
 
 class _ScalarNode(EngineNode, MatrixExpr):

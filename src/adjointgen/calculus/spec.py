@@ -82,6 +82,7 @@ class OperationSpec:
     symmetric_inputs: frozenset[str]
     positive_definite_inputs: frozenset[str]
     auxiliary_outputs: frozenset[str]
+    hidden_outputs: frozenset[str]
     constant_outputs: frozenset[str]
     functions: Mapping[str, sp.FunctionClass]
     instantiations: Mapping[str, tuple[dict, tuple]]
@@ -163,7 +164,7 @@ def freeze(d) -> OperationSpec:
         tangents=_frozen_map(d.tangents), cotangents=_frozen_map(d.cotangents),
         introduced=tuple(d.introduced), pairwise=_frozen_map(d.pairwise), pairwise_lines=_frozen_map(d.pairwise_lines),
         symmetric_inputs=frozenset(d.symmetric_inputs), positive_definite_inputs=frozenset(d.positive_definite_inputs),
-        auxiliary_outputs=frozenset(d.auxiliary_outputs), constant_outputs=frozenset(d.constant_outputs),
+        auxiliary_outputs=frozenset(d.auxiliary_outputs), hidden_outputs=frozenset(d.hidden_outputs), constant_outputs=frozenset(d.constant_outputs),
         functions=_frozen_map(d.functions), instantiations=_frozen_map(d.instantiations),
         forward_spec=d.forward_spec, gauges=tuple(d.gauges), gauge_rules=_frozen_map(d.gauge_rules),
         cluster_meaning=_frozen_map(d.cluster_meaning),

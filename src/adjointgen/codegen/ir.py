@@ -53,6 +53,9 @@ OPS = {
     "scalar_mul": "the product of two scalars",
     "zeros_like": "a zero value of the shape of a",
     "adjugate": "adj(a), the transposed cofactor matrix (runtime routine, finite at singular a)",
+    "matrix_exp": "exp(a) of a general square matrix",
+    "expm_frechet": "L_exp[a](b), the Fréchet derivative of exp at a along b (runtime, block exponential)",
+    "expm_frechet_solve": "L_exp[a]^-1(b), the inverse Fréchet map of exp (runtime solver)",
 }
 
 
@@ -276,6 +279,10 @@ class OutputIR:
     # "scalar" (a 1×1 output returned as a tensor of the batch shape)
     shape: tuple[str, ...]  # dimension symbols of the public value
     constant: bool = False  # piecewise constant: no rule, returned as not differentiable
+    #: returned by the forward and the autograd function, with its rule (so that higher derivatives
+    #: of the rules that read it are exact), but not by the public function: the pseudo-inverse of
+    #: least squares
+    hidden: bool = False
 
 
 @dataclass(frozen=True)
@@ -328,8 +335,17 @@ class PublicIR:
         return self.input_names + tuple(o.public for o in self.outputs) + self.factor_names
 
     @property
+    def returned(self) -> tuple["OutputIR", ...]:
+        """The outputs the public function returns (all but the hidden ones)."""
+        return tuple(o for o in self.outputs if not o.hidden)
+
+    @property
+    def returned_indices(self) -> tuple[int, ...]:
+        return tuple(i for i, o in enumerate(self.outputs) if not o.hidden)
+
+    @property
     def returns_doc(self) -> str:
-        return ", ".join(f"``{o.public}`` ``(..., {', '.join(o.shape)})``" for o in self.outputs)
+        return ", ".join(f"``{o.public}`` ``(..., {', '.join(o.shape)})``" for o in self.returned)
 
     @property
     def tangent_returns(self) -> tuple[str, ...]:
@@ -432,9 +448,9 @@ class OperationIR:
     def uses_shifted_solve(self) -> bool:
         return any(v.op == "shifted_solve" for r in self.rules for v in r.values)
 
-    @property
-    def uses_adjugate(self) -> bool:
-        return any(v.op == "adjugate" for r in self.rules for v in r.values)
+    def uses(self, *ops: str) -> bool:
+        """Whether a rule uses one of the DAG operations ``ops`` (a runtime helper to import)."""
+        return any(v.op in ops for r in self.rules for v in r.values)
 
     @property
     def uses_sylvester(self) -> bool:

@@ -788,15 +788,15 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
     outputs = []
     for s in outputs_sorted:
         public, form = d.public_forms.get(s.name, (api[s.name], None))
-        constant = s.name in d.constant_outputs
+        flags = (s.name in d.constant_outputs, s.name in d.hidden_outputs)
         if s.shape == (1, 1):
-            outputs.append(OutputIR(api[s.name], public, "scalar", (), constant))
+            outputs.append(OutputIR(api[s.name], public, "scalar", (), *flags))
         elif s.name in d.structure.diagonal:
-            outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],), constant))
+            outputs.append(OutputIR(api[s.name], public, "vector", (dims_of(s)[0],), *flags))
         elif form == "adjoint":
-            outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s))), constant))
+            outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s))), *flags))
         else:
-            outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s), constant))
+            outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s), *flags))
     return PublicIR(
         torch_forward=ref(spec.torch),
         numpy_forward=ref(spec.numpy),

@@ -133,6 +133,9 @@ TORCH = ArrayPrinter(
         "scalar_mul": "{0} * {1}",
         "zeros_like": "torch.zeros_like({0})",
         "adjugate": "_linalg.adjugate({0})",
+        "matrix_exp": "_linalg.matrix_exp({0})",
+        "expm_frechet": "_linalg.expm_frechet({0}, {1})",
+        "expm_frechet_solve": "_linalg.expm_frechet_solve({0}, {1})",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -203,6 +206,9 @@ XP = ArrayPrinter(
         "scalar_mul": "{0} * {1}",
         "zeros_like": "xp.zeros_like({0})",
         "adjugate": "_adjugate(xp, {0})",
+        "matrix_exp": "_matrix_exp({0})",
+        "expm_frechet": "_expm_frechet(xp, {0}, {1})",
+        "expm_frechet_solve": "_expm_frechet_solve(xp, {0}, {1})",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",

@@ -43,6 +43,18 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     return pinv_forward(A, atol=atol, rtol=rtol, hermitian=hermitian)
 
 
+def lstsq(A, B, rcond=None):
+    """``(X, P)``: the minimum-norm least-squares solution ``X = A⁺ B`` and the pseudo-inverse
+    ``P = A⁺`` the rules use, with ``torch.linalg.lstsq``'s rank cutoff (singular values at most
+    ``rcond * sigma_max`` are discarded; ``rcond`` defaults to ``eps * max(m, n)``).  ``P`` comes
+    from the rank-revealing fast path of :func:`adjointgen.runtime.pinv.pinv_forward` (one LU,
+    Cholesky or QR when no singular value is near the cutoff, else the SVD)."""
+    from .pinv import pinv_forward
+
+    P = pinv_forward(A, rtol=rcond)
+    return P @ B, P
+
+
 def svd(A):
     """Thin SVD ``A = U diag(S) Vh``, as ``torch.linalg.svd(A, full_matrices=False)``, with the pairs
     of singular values equal to rounding rotated to a generic basis (``(U_c R, V_c R)``, the same
@@ -146,6 +158,21 @@ def sqrtm_general(A):
     Schur method on the host (tensors on other devices make a round trip); a ``ValueError`` names an
     eigenvalue on the closed negative real axis."""
     from .xp import sqrtm_general as on_host
+
+    X = on_host(A.detach().cpu().resolve_conj().numpy())
+    return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)
+
+
+def matrix_exp(A):
+    """``exp(A)`` of general square ``A``, as ``torch.linalg.matrix_exp``."""
+    return torch.linalg.matrix_exp(A)
+
+
+def logm_general(A):
+    """The principal logarithm of general square ``A`` (batched, real or complex) by SciPy's
+    inverse scaling and squaring on the host (tensors on other devices make a round trip); a
+    ``ValueError`` names an eigenvalue on the closed negative real axis."""
+    from .xp import logm_general as on_host
 
     X = on_host(A.detach().cpu().resolve_conj().numpy())
     return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)

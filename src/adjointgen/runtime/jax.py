@@ -164,6 +164,15 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     return pinv_with(jnp, A, atol, rtol)
 
 
+def lstsq(A, B, rcond=None):
+    """``(X, P)``: ``X = A⁺ B`` and ``P = A⁺`` with ``torch.linalg.lstsq``'s rank cutoff, on
+    ``jax.numpy`` (:func:`adjointgen.runtime.xp.lstsq`)."""
+    from .xp import pinv_with
+
+    P = pinv_with(jnp, A, None, rcond)
+    return P @ B, P
+
+
 def lu(A):
     """``(P, L, U)`` with ``A = P L U`` (partial pivoting; ``P`` in ``A``'s dtype), as
     ``jax.scipy.linalg.lu``."""
@@ -188,6 +197,66 @@ def adjugate(xp, A):
     V = xp.conj(xp.swapaxes(Vh, -1, -2))
     return phase[..., None, None] * xp.matmul(V * (before * after).astype(A.dtype)[..., None, :],
                                               xp.conj(xp.swapaxes(U, -1, -2)))
+
+
+def matrix_exp(A):
+    """``exp(A)`` of general square ``A``: ``jax.scipy.linalg.expm`` (batched)."""
+    import jax.scipy.linalg as jsl
+
+    return jsl.expm(A)
+
+
+def expm_frechet(xp, A, E):
+    """``L_exp[A](E)`` (batched): ``jax.scipy.linalg.expm_frechet``, whose scaling is chosen from
+    ``A`` alone, so JAX can transpose it in ``E`` (the block exponential's cannot: its norm test reads
+    ``E``); JAX differentiates it to any order."""
+    import jax.scipy.linalg as jsl
+
+    batch = jnp.broadcast_shapes(A.shape[:-2], E.shape[:-2])
+    dtype = jnp.result_type(A, E)
+    A, E = (jnp.broadcast_to(x, batch + x.shape[-2:]).astype(dtype) for x in (A, E))
+    frechet = functools.partial(jsl.expm_frechet, compute_expm=False)
+    for _ in batch:
+        frechet = jax.vmap(frechet)
+    return frechet(A, E)
+
+
+def expm_frechet_solve(xp, X, C):
+    """``Y`` with ``L_exp[X](Y) = C`` (batched): a ``lax.custom_linear_solve`` of ``Y -> L_exp[X](Y)``
+    solved densely (the ``n^2 × n^2`` matrix of the map, for the small matrices this is meant for),
+    so its derivatives in ``C`` come from the linear map; those in ``X`` from JAX's differentiation
+    of the map."""
+    batch = jnp.broadcast_shapes(X.shape[:-2], C.shape[:-2])
+    dtype = jnp.result_type(X, C)
+    X, C = (jnp.broadcast_to(x, batch + x.shape[-2:]).astype(dtype) for x in (X, C))
+    n = X.shape[-1]
+    X0 = lax.stop_gradient(X)
+
+    def dense_solve(M, R):
+        operator = jax.vmap(lambda e: expm_frechet(xp, M, e.reshape(n, n)).reshape(-1))(jnp.eye(n * n, dtype=dtype))
+        return jnp.linalg.solve(operator.T, R.reshape(-1)).reshape(n, n)
+
+    def solve(M, R):
+        f = dense_solve
+        for _ in batch:
+            f = jax.vmap(f)
+        return f(M, R)
+
+    return lax.custom_linear_solve(lambda Y: expm_frechet(xp, X, Y), C,
+                                   solve=lambda _, R: solve(X0, R),
+                                   transpose_solve=lambda _, R: solve(jnp.swapaxes(X0, -1, -2), R))
+
+
+def logm_general(A):
+    """The principal logarithm of general square ``A``: SciPy's ``logm`` on the host through
+    ``jax.pure_callback`` (JAX has no ``logm``); a concrete ``A`` with an eigenvalue on the closed
+    negative real axis raises a ``ValueError`` naming it."""
+    from .xp import logm_general as on_host
+
+    if is_concrete(A):
+        return jnp.asarray(on_host(numpy.asarray(A)))
+    out = jax.ShapeDtypeStruct(A.shape, A.dtype)
+    return jax.pure_callback(lambda a: on_host(numpy.asarray(a)).astype(a.dtype), out, A, vmap_method="expand_dims")
 
 
 # ---------------------------------------------------------------- argument checks

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["adjugate", "lu_solve", "sylvester"]
+__all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester"]
 
 
 def _reusable(*tensors) -> bool:
@@ -172,11 +172,11 @@ def adjugate(A):
     from .checks import physical
 
     plain = physical(A)
-    if plain is not None and plain[0].numel():
+    if plain is not None:
         with torch.no_grad():
             magnitude = torch.linalg.lu_factor_ex(plain[0])[0].diagonal(dim1=-2, dim2=-1).abs()
         eps = torch.finfo(magnitude.dtype).eps
-        if bool((magnitude.amin(-1) > magnitude.amax(-1) * eps ** 0.5).all()):
+        if not magnitude.numel() or bool((magnitude.amin(-1) > magnitude.amax(-1) * eps ** 0.5).all()):
             LU, pivots, _ = torch.linalg.lu_factor_ex(A)
             swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
             parity = 1 - 2 * (swaps % 2).to(A.dtype)
@@ -221,3 +221,96 @@ class _NotDifferentiatedFurther(torch.autograd.Function):
         from .checks import SingularMatrixError
 
         raise SingularMatrixError(ctx.message)
+
+
+def matrix_exp(A):
+    """``exp(A)`` of general square ``A`` (``torch.linalg.matrix_exp``)."""
+    return torch.linalg.matrix_exp(A)
+
+
+def _block(rows):
+    return torch.cat([torch.cat(row, -1) for row in rows], -2)
+
+
+def expm_frechet(A, E):
+    """``L_exp[A](E)``, the Fréchet derivative of ``exp`` at ``A`` along ``E``: the upper right
+    corner of ``exp([[A, E], [0, A]])`` (batched, broadcasting; torch operations only, so every
+    derivative of it is exact)."""
+    batch = torch.broadcast_shapes(A.shape[:-2], E.shape[:-2])
+    dtype = torch.promote_types(A.dtype, E.dtype)
+    A, E = (x.to(dtype).expand(*batch, *x.shape[-2:]) for x in (A, E))
+    n = A.shape[-1]
+    Z = torch.zeros_like(A)
+    return torch.linalg.matrix_exp(_block([[A, E], [Z, A]]))[..., :n, n:]
+
+
+def _expm_frechet2(A, E1, E2):
+    """The second Fréchet derivative ``L2_exp[A](E1, E2)``: the corner ``(1, 4)`` of the exponential
+    of ``[[A, E1, E2, 0], [0, A, 0, E2], [0, 0, A, E1], [0, 0, 0, A]]`` (Higham and Relton)."""
+    n = A.shape[-1]
+    Z = torch.zeros_like(A)
+    M = _block([[A, E1, E2, Z], [Z, A, Z, E2], [Z, Z, A, E1], [Z, Z, Z, A]])
+    return torch.linalg.matrix_exp(M)[..., :n, 3 * n:]
+
+
+def expm_frechet_solve(X, C):
+    """``Y`` with ``L_exp[X](Y) = C`` (batched, broadcasting): the Fréchet derivative of the
+    principal logarithm at ``exp(X)``, for ``X`` a principal logarithm (eigenvalues with imaginary
+    parts in ``(-pi, pi)``).  Differentiable to any order: ``dY = L_exp[X]^-1(dC - L2_exp[X](dX, Y))``,
+    reverse ``gC = L_exp[X^H]^-1(gY)``, ``gX = -L2_exp[X^H](Y^H, gC)``.
+
+    Raises:
+        SingularMatrixError: an eigenvalue of ``X`` has ``|Im| >= pi`` (``L_exp[X]`` may be singular
+            there, and the logarithm is not the principal one).
+    """
+    batch = torch.broadcast_shapes(X.shape[:-2], C.shape[:-2])
+    dtype = torch.promote_types(X.dtype, C.dtype)
+    X, C = (x.to(dtype).expand(*batch, *x.shape[-2:]) for x in (X, C))
+    return _ExpFrechetSolve.apply(X, C)
+
+
+class _ExpFrechetSolve(torch.autograd.Function):
+    """``Y = L_exp[X]^-1(C)`` on the host (SciPy); its derivatives through :func:`expm_frechet`'s
+    second-order form and itself."""
+
+    @staticmethod
+    def forward(X, C):
+        from .xp import expm_frechet_solve as on_host
+
+        import numpy
+
+        x, c = (t.detach().cpu().resolve_conj().numpy() for t in (X, C))
+        try:
+            y = on_host(numpy, x, c)
+        except numpy.linalg.LinAlgError as exc:
+            from .checks import SingularMatrixError
+
+            raise SingularMatrixError(str(exc)) from None
+        return torch.from_numpy(y).to(device=C.device, dtype=C.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        X, C = inputs
+        ctx.save_for_backward(X, output)
+        ctx.save_for_forward(X, output)
+
+    @staticmethod
+    def backward(ctx, gY):
+        X, Y = ctx.saved_tensors
+        gC = _ExpFrechetSolve.apply(X.mH, gY)
+        gX = -_expm_frechet2(X.mH, Y.mH, gC) if ctx.needs_input_grad[0] else None
+        return gX, gC
+
+    @staticmethod
+    def jvp(ctx, dX, dC):
+        X, Y = ctx.saved_tensors
+        rhs = torch.zeros_like(Y) if dC is None else dC
+        if dX is not None:
+            rhs = rhs - _expm_frechet2(X, dX, Y)
+        return _ExpFrechetSolve.apply(X, rhs)
+
+    @staticmethod
+    def vmap(info, in_dims, X, C):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(_ExpFrechetSolve, info, in_dims, X, C)

@@ -301,6 +301,14 @@ def pinv(A, atol=None, rtol=None, hermitian=False):
     return pinv_with(array_module(A), A, atol, rtol)
 
 
+def lstsq(A, B, rcond=None):
+    """``(X, P)``: ``X = A⁺ B`` and ``P = A⁺`` with ``torch.linalg.lstsq``'s rank cutoff, for NumPy or
+    CuPy arrays (the array-module counterpart of :func:`adjointgen.runtime.forward.lstsq`)."""
+    xp = array_module(A)
+    P = pinv_with(xp, A, None, rcond)
+    return xp.matmul(P, B), P
+
+
 def pinv_with(xp, A, atol=None, rtol=None):
     """:func:`pinv` on the array module ``xp`` (NumPy, CuPy, ``jax.numpy``)."""
     m, n = A.shape[-2:]
@@ -346,7 +354,7 @@ def sylvester(xp, A, B, C, hermitian: bool = True):
     return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
 
 
-def check_principal_branch(a) -> None:
+def check_principal_branch(a, what: str = "square root") -> None:
     """A ``ValueError`` naming an eigenvalue of the host array ``a`` (batched) on the closed negative
     real axis, to rounding: there the principal square root (or logarithm) does not exist, or is
     not differentiable (at 0)."""
@@ -359,8 +367,9 @@ def check_principal_branch(a) -> None:
     if bad.any():
         idx = tuple(int(i) for i in numpy.argwhere(bad)[0][:-1])
         where = f" (batch index {idx})" if idx else ""
-        raise ValueError(f"sqrtm: A{where} has the eigenvalue {w[bad][0]:.6g} on the closed negative real axis: "
-                         "no principal square root (differentiable)")
+        name = "sqrtm" if what == "square root" else "logm"
+        raise ValueError(f"{name}: A{where} has the eigenvalue {w[bad][0]:.6g} on the closed negative real axis: "
+                         f"no principal {what} (differentiable)")
 
 
 def sqrtm_general(A):
@@ -422,3 +431,73 @@ def adjugate(xp, A):
     phase = xp.linalg.det(U) * xp.linalg.det(Vh)
     V = xp.conj(xp.swapaxes(Vh, -1, -2))
     return phase[..., None, None] * xp.matmul(V * (before * after)[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))
+
+
+def matrix_exp(A):
+    """``exp(A)`` of general square ``A`` (batched): SciPy's ``expm`` (NumPy), CuPy's ``expm``."""
+    xp = array_module(A)
+    if is_cupy(xp):  # pragma: no cover - needs a GPU
+        import cupyx.scipy.linalg
+
+        flat = A.reshape(-1, *A.shape[-2:])
+        return xp.stack([cupyx.scipy.linalg.expm(a) for a in flat]).reshape(A.shape) if flat.shape[0] else A.copy()
+    import scipy.linalg
+
+    a = numpy.asarray(A)
+    return scipy.linalg.expm(a) if a.size else a.copy()
+
+
+def expm_frechet(xp, A, E):
+    """``L_exp[A](E)``: the upper right corner of ``exp([[A, E], [0, A]])`` (batched)."""
+    batch = numpy.broadcast_shapes(A.shape[:-2], E.shape[:-2])
+    A, E = (xp.broadcast_to(x, batch + x.shape[-2:]) for x in (A, E))
+    n = A.shape[-1]
+    Z = xp.zeros_like(A)
+    M = xp.concatenate([xp.concatenate([A, E], -1), xp.concatenate([Z, A], -1)], -2)
+    return matrix_exp(M)[..., :n, n:]
+
+
+def expm_frechet_solve(xp, X, C):
+    """``Y`` with ``L_exp[X](Y) = C`` (batched): the upper right corner of the principal logarithm
+    of ``[[exp(X), C], [0, exp(X)]]`` (SciPy on the host; CuPy arrays make a round trip), for ``X``
+    a principal logarithm.  Raises ``numpy.linalg.LinAlgError`` where an eigenvalue of ``X`` has
+    ``|Im| >= pi``."""
+    import scipy.linalg
+
+    x = X.get() if is_cupy(xp) else numpy.asarray(X)
+    c = C.get() if is_cupy(xp) else numpy.asarray(C)
+    batch = numpy.broadcast_shapes(x.shape[:-2], c.shape[:-2])
+    x, c = (numpy.broadcast_to(t, batch + t.shape[-2:]) for t in (x, c))
+    dtype = numpy.result_type(x.dtype, c.dtype, numpy.float32)
+    out = numpy.empty(c.shape, dtype=dtype)
+    n = x.shape[-1]
+    for idx in numpy.ndindex(*batch):
+        lam = numpy.linalg.eigvals(x[idx]) if n else numpy.zeros(0)
+        if lam.size and numpy.abs(lam.imag).max() >= numpy.pi:
+            raise numpy.linalg.LinAlgError("expm_frechet_solve: an eigenvalue of X has |Im| >= pi "
+                              f"({lam[numpy.argmax(numpy.abs(lam.imag))]:.6g}): not a principal logarithm, "
+                              "where the logarithm's Fréchet derivative is not exp's inverse")
+        if n == 0:
+            continue
+        a = scipy.linalg.expm(x[idx])
+        block = numpy.block([[a, c[idx]], [numpy.zeros_like(a), a]])
+        corner = scipy.linalg.logm(block)[:n, n:]
+        out[idx] = corner.real if not numpy.iscomplexobj(out) else corner
+    return xp.asarray(out)
+
+
+def logm_general(A):
+    """The principal logarithm of general square ``A`` (batched): SciPy's ``logm`` on the host
+    (CuPy arrays make a round trip), real for real ``A``.  Raises ``ValueError`` naming an eigenvalue
+    on the closed negative real axis (no principal logarithm; at 0 none at all)."""
+    import scipy.linalg
+
+    xp = array_module(A)
+    a = A.get() if is_cupy(xp) else numpy.asarray(A)
+    out = numpy.empty(a.shape, dtype=numpy.result_type(a.dtype, numpy.float32))
+    check_principal_branch(a, "logarithm")
+    for idx in numpy.ndindex(*a.shape[:-2]):
+        if a.shape[-1]:
+            log = scipy.linalg.logm(a[idx])
+            out[idx] = log.real if not numpy.iscomplexobj(out) else log
+    return xp.asarray(out)
