@@ -1,4 +1,5 @@
-"""Cholesky, QR, inverse, solve and slogdet: the generated functions vs their torch.linalg
+"""Cholesky, QR, inverse, solve, slogdet, LU, least squares (tall and wide), det and the general
+matrix exponential: the generated functions vs their torch.linalg
 namesakes, forward + backward and the backward alone (the graph built outside the timer); ratios
 in one run, below 1.0: faster.
 
@@ -31,6 +32,8 @@ def cases(n, dtype, device, g):
     A = (M + n ** 0.5 * torch.eye(n, dtype=dtype)).to(device)
     T = torch.randn(2 * n, n, dtype=dtype, generator=g).to(device)
     B = torch.randn(n, 8, dtype=dtype, generator=g).to(device)
+    W = torch.randn(n // 2, n, dtype=dtype, generator=g).to(device)
+    E = (torch.randn(n, n, dtype=dtype, generator=g) / n ** 0.5).to(device)  # spectral radius ~1
 
     def r(*shape):
         return torch.randn(shape, dtype=dtype, generator=g).to(device)
@@ -41,6 +44,14 @@ def cases(n, dtype, device, g):
         "inv": (agt.inv, torch.linalg.inv, (A,), (r(n, n),)),
         "solve (n x 8)": (agt.solve, torch.linalg.solve, (A, B), (r(n, 8),)),
         "slogdet": ((lambda a: agt.slogdet(a)[1]), (lambda a: torch.linalg.slogdet(a)[1]), (A,), (r(),)),
+        "det": (agt.det, torch.linalg.det, (A,), (r(),)),
+        "lu (L, U)": ((lambda a: tuple(agt.lu(a)[1:])), (lambda a: tuple(torch.linalg.lu(a)[1:])), (A,),
+                      (r(n, n).tril(-1), r(n, n).triu())),
+        "lstsq (tall 2n x n, 8)": ((lambda a, b: agt.lstsq(a, b).solution),
+                                   (lambda a, b: torch.linalg.lstsq(a, b).solution), (T, r(2 * n, 8)), (r(n, 8),)),
+        "lstsq (wide n/2 x n, 8)": ((lambda a, b: agt.lstsq(a, b).solution),
+                                    (lambda a, b: torch.linalg.lstsq(a, b).solution), (W, r(n // 2, 8)), (r(n, 8),)),
+        "matrix_exp": (agt.matrix_exp, torch.linalg.matrix_exp, (E,), (r(n, n),)),
     }
 
 
