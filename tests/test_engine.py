@@ -319,3 +319,27 @@ def test_invert_definition_is_audited_in_a_derivation(tmp_path):
     assert step.residual is not None and step.residual < 1e-10
     # the JVP it leads to is checked against finite differences: a wrong inversion would fail there
     assert all(s.residual < 1e-7 for s in report.steps if s.kind == "jvp")
+
+
+def test_an_auxiliary_output_with_a_declared_forward_is_refused_with_the_way_out():
+    """An output the rules read, returned as a non-differentiable auxiliary by a generated autograd
+    function, would make second derivatives silently wrong: refused, in either order of declaration,
+    naming hidden=True; without a forward (rule functions only), or declared hidden, it is accepted."""
+    from adjointgen.calculus import Derivation
+
+    for forward_first in (True, False):
+        d = Derivation("aux", __file__, title="t")
+        n = d.dim("n")
+        d.input("A", n, n)
+        d.output("X", n, n)
+        if forward_first:
+            d.forward(torch="adjointgen.runtime.forward:lstsq")
+        with pytest.raises(DerivationError, match="hidden=True"):
+            d.output("P", n, n, auxiliary=True)
+            d.forward(torch="adjointgen.runtime.forward:lstsq")
+    d = Derivation("aux2", __file__, title="t")
+    n = d.dim("n")
+    d.input("A", n, n)
+    d.output("P", n, n, auxiliary=True)  # no forward: accepted
+    d.output("Q", n, n, hidden=True)
+    assert d.auxiliary_outputs == {"P"} and d.hidden_outputs == {"Q"}

@@ -411,6 +411,7 @@ class Derivation:
         self.api_names[name] = api or name
         if auxiliary:
             self.auxiliary_outputs.add(name)
+            self._no_auxiliary_with_forward()
         if constant:
             self.constant_outputs.add(name)
         if hidden:
@@ -422,6 +423,18 @@ class Derivation:
         if not constant:
             self._tangent(s)
         return s
+
+    def _no_auxiliary_with_forward(self):
+        """A generated public function returns its forward's outputs through an autograd function:
+        an output the rules read must then be differentiable itself, or a second derivative through
+        those rules would treat it as a constant (silently wrong)."""
+        if self.auxiliary_outputs and getattr(self, "forward_spec", None) is not None:
+            names = ", ".join(sorted(self.auxiliary_outputs))
+            raise DerivationError(
+                f"{self.path}:{self._line() or '?'}: auxiliary output(s) {names} with a declared forward: the generated "
+                f"function would differentiate its rules as if {names} were constant. Declare them "
+                f"hidden=True instead (returned with their own rules, not by the public function) and give their "
+                f"tangents in set_jvp, or leave out d.forward (rule functions only)")
 
     def _triangular(self, name, lower, upper, unit_diagonal=False):
         if lower and upper:
@@ -492,6 +505,7 @@ class Derivation:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
+        self._no_auxiliary_with_forward()
         check = _forward_check(self) if refs["numpy"] is not None else None
         self._record("forward", label, None, check=check,
                      note="the outputs of the declared NumPy forward satisfy every identity"
