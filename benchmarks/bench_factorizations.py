@@ -1,5 +1,5 @@
-"""Cholesky, QR, inverse, solve, slogdet, LU, least squares (tall and wide), det and the general
-matrix exponential: the generated functions vs their torch.linalg
+"""Cholesky, QR, inverse, solve, slogdet, LU, least squares (tall and wide), det, the general
+matrix exponential and the general eigendecomposition: the generated functions vs their torch.linalg
 namesakes, forward + backward and the backward alone (the graph built outside the timer); ratios
 in one run, below 1.0: faster.
 
@@ -52,7 +52,14 @@ def cases(n, dtype, device, g):
         "lstsq (wide n/2 x n, 8)": ((lambda a, b: agt.lstsq(a, b).solution),
                                     (lambda a, b: torch.linalg.lstsq(a, b).solution), (W, r(n // 2, 8)), (r(n, 8),)),
         "matrix_exp": (agt.matrix_exp, torch.linalg.matrix_exp, (E,), (r(n, n),)),
+        # eig: the loss sees the eigenvectors through |V| (phase-invariant, as both libraries require)
+        "eig (w, |V|)": ((lambda a: _phase_free(*agt.eig(a))), (lambda a: _phase_free(*torch.linalg.eig(a))), (E,),
+                         (torch.complex(r(n), r(n)), r(n, n))),
     }
+
+
+def _phase_free(w, V):
+    return w, V.abs()
 
 
 def main(argv=None):

@@ -36,6 +36,8 @@ OURS = {
     ("linalg.solve_triangular", ""): lambda A, B, upper, left=True, unitriangular=False: agt.solve_triangular(
         A, B, upper=upper, left=left, unitriangular=unitriangular),
     ("linalg.det", ""): lambda A: agt.det(A),
+    ("linalg.eig", ""): lambda A: agt.eig(A),
+    ("linalg.eigvals", ""): lambda A: agt.eigvals(A),
     # (the plain linalg.lstsq OpInfo skips the gradient tests, whose full-tuple gradcheck torch's own
     # lstsq fails; its grad_oriented variant is the one torch checks)
     ("linalg.lstsq", "grad_oriented"): lambda A, B, rcond=None, driver=None: agt.lstsq(A, B, rcond,

@@ -90,9 +90,9 @@ def eigsh_jvp(A, w, V, dA, cluster_rtol=None, broadening=None):
 def eigsh_vjp(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh, as derived:
 
-    ``gA = -sym(S[A - d_i; V](gV) V^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
+    ``gA = -sym(V (S[A - d_i; V](gV))^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
     """
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 2
     # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
     t0 = V.mT
     t1 = t0 @ gV
@@ -101,10 +101,11 @@ def eigsh_vjp(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, None, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mT)
-    t9 = t5 - t8
-    return t9
+    t7 = t6.mT
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mT)
+    t10 = t5 - t9
+    return t10
 
 
 def eigsh_vjp_factors(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -149,9 +150,9 @@ def eigsh_jvp_complex(A, w, V, dA, cluster_rtol=None, broadening=None):
 def eigsh_vjp_complex(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh for complex data, as derived:
 
-    ``gA = -sym(S[A - d_i; V](gV) V^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
+    ``gA = -sym(V (S[A - d_i; V](gV))^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
     """
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 1, shifted_solve 1, sym 1, transpose 2
     # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
     t0 = V.mH
     t1 = t0 @ gV
@@ -160,10 +161,11 @@ def eigsh_vjp_complex(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, None, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mH)
-    t9 = t5 - t8
-    return t9
+    t7 = t6.mH
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mH)
+    t10 = t5 - t9
+    return t10
 
 
 def eigsh_gauge(V, gV):
@@ -208,11 +210,11 @@ def eigsh_gauge_clusters(w, V, gV, cluster_rtol=None):
 def eigsh_vjp_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh, as derived:
 
-    ``gA = -sym(S[A - d_i; V](gV) V^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
+    ``gA = -sym(V (S[A - d_i; V](gV))^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
 
     ``residual_clusters = K ∘ skew(V^T gV)``
     """
-    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 2
     # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
     # residual_clusters: derived at derivations/eigsh.py:111 (step 53: gauge residual R_clusters = HadamardProduct(K, skew(U.T*gU)))
     t0 = V.mT
@@ -222,23 +224,24 @@ def eigsh_vjp_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, None, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mT)
-    t9 = t5 - t8
-    t10 = eigsh_K_times(w, t1 - t1.mT, 0.5, rtol=cluster_rtol)
-    return t9, t10
+    t7 = t6.mT
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mT)
+    t10 = t5 - t9
+    t11 = eigsh_K_times(w, t1 - t1.mT, 0.5, rtol=cluster_rtol)
+    return t10, t11
 
 
 def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh for complex data, as derived:
 
-    ``gA = -sym(S[A - d_i; V](gV) V^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
+    ``gA = -sym(V (S[A - d_i; V](gV))^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
 
     ``residual = diag(skew(V^H gV))``
 
     ``residual_clusters = K ∘ skew(V^H gV)``
     """
-    # Total ops: add 1, add_diag 1, diag_skew 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 1
+    # Total ops: add 1, add_diag 1, diag_skew 1, matmul 4, pairwise_mul_skew 2, shifted_solve 1, sym 1, transpose 2
     # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
     # residual: derived at derivations/eigsh.py:111 (step 52: gauge residual R = diag(skew(U.T*gU)))
     # residual_clusters: derived at derivations/eigsh.py:111 (step 53: gauge residual R_clusters = HadamardProduct(K, skew(U.T*gU)))
@@ -249,9 +252,10 @@ def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=Non
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, None, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mH)
-    t9 = t5 - t8
-    t10 = 1j * t1.diagonal(dim1=-2, dim2=-1).resolve_conj().imag
-    t11 = eigsh_K_times(w, t1 - t1.mH, 0.5, rtol=cluster_rtol)
-    return t9, t10, t11
+    t7 = t6.mH
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mH)
+    t10 = t5 - t9
+    t11 = 1j * t1.diagonal(dim1=-2, dim2=-1).resolve_conj().imag
+    t12 = eigsh_K_times(w, t1 - t1.mH, 0.5, rtol=cluster_rtol)
+    return t10, t11, t12

@@ -103,11 +103,11 @@ def eigsh_generalized_jvp(A, B, w, V, dA, dB, cluster_rtol=None, broadening=None
 def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh_generalized, as derived:
 
-    ``gA = -sym(S[A - d_i B; V](gV) V^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
+    ``gA = -sym(V (S[A - d_i B; V](gV))^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
 
-    ``gB = sym(S[A - d_i B; V](gV) diag(w) V^T) - 1/2 sym(V (F ∘ (V^T gV)) diag(w) V^T) - 1/2 sym(V diag(w) (F ∘ (V^T gV)) V^T) - sym(V diag(w) diag(gw) V^T) - 1/2 sym(V V^T gV V^T)``
+    ``gB = sym(V diag(w) (S[A - d_i B; V](gV))^T) - 1/2 sym(V (F ∘ (V^T gV)) diag(w) V^T) + 1/2 sym(V (F ∘ (gV^T V)) diag(w) V^T) - sym(V diag(w) diag(gw) V^T) - 1/2 sym(V V^T gV V^T)``
     """
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 2, pairwise_mul_skew 1, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, sym 5, transpose 3
     # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
     # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
     t0 = V.mT
@@ -117,29 +117,32 @@ def eigsh_generalized_vjp(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, B, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mT)
-    t9 = t5 - t8
-    t10 = w * gw
-    t11 = -t10
-    t12 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t12 * w.unsqueeze(-2)
-    t14 = 0.5 * (t13 + t13.mT)
-    t15 = 1/2 * t14
-    t16 = w.unsqueeze(-1) * t12
-    t17 = 0.5 * (t16 + t16.mT)
-    t18 = 1/2 * t17
-    t19 = 0.5 * (t1 + t1.mT)
-    t20 = 1/2 * t19
-    t21 = -t15 - t18 - t20
-    t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
-    t23 = t22 @ t0
-    t24 = V @ t23
-    t25 = w.unsqueeze(-1) * t0
-    t26 = t6 @ t25
-    t27 = 0.5 * (t26 + t26.mT)
-    t28 = t24 + t27
-    return t9, t28
+    t7 = t6.mT
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mT)
+    t10 = t5 - t9
+    t11 = w * gw
+    t12 = -t11
+    t13 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
+    t14 = t13 * w.unsqueeze(-2)
+    t15 = 0.5 * (t14 + t14.mT)
+    t16 = 1/2 * t15
+    t17 = t1.mT
+    t18 = eigsh_generalized_F_times(w, t17, 1, rtol=cluster_rtol, broadening=broadening)
+    t19 = t18 * w.unsqueeze(-2)
+    t20 = 0.5 * (t19 + t19.mT)
+    t21 = 1/2 * t20
+    t22 = 0.5 * (t1 + t1.mT)
+    t23 = 1/2 * t22
+    t24 = t21 - t16 - t23
+    t25 = torch.diagonal_scatter(t24, t24.diagonal(dim1=-2, dim2=-1) + t12, dim1=-2, dim2=-1)
+    t26 = t25 @ t0
+    t27 = V @ t26
+    t28 = w.unsqueeze(-1) * t7
+    t29 = V @ t28
+    t30 = 0.5 * (t29 + t29.mT)
+    t31 = t27 + t30
+    return t10, t31
 
 
 def eigsh_generalized_vjp_factors(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
@@ -214,11 +217,11 @@ def eigsh_generalized_jvp_complex(A, B, w, V, dA, dB, cluster_rtol=None, broaden
 def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh_generalized for complex data, as derived:
 
-    ``gA = -sym(S[A - d_i B; V](gV) V^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
+    ``gA = -sym(V (S[A - d_i B; V](gV))^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
 
-    ``gB = sym(S[A - d_i B; V](gV) diag(w) V^H) - 1/2 sym(V (F ∘ (V^H gV)) diag(w) V^H) - 1/2 sym(V diag(w) (F ∘ (V^H gV)) V^H) - sym(V diag(w) diag(gw) V^H) - 1/2 sym(V V^H gV V^H)``
+    ``gB = sym(V diag(w) (S[A - d_i B; V](gV))^H) - 1/2 sym(V (F ∘ (V^H gV)) diag(w) V^H) + 1/2 sym(V (F ∘ (gV^H V)) diag(w) V^H) - sym(V diag(w) diag(gw) V^H) - 1/2 sym(V V^H gV V^H)``
     """
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 1, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 2, pairwise_mul_skew 1, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, sym 5, transpose 3
     # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
     # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
     t0 = V.mH
@@ -228,29 +231,32 @@ def eigsh_generalized_vjp_complex(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, B, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mH)
-    t9 = t5 - t8
-    t10 = w * gw
-    t11 = -t10
-    t12 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t12 * w.unsqueeze(-2)
-    t14 = 0.5 * (t13 + t13.mH)
-    t15 = 1/2 * t14
-    t16 = w.unsqueeze(-1) * t12
-    t17 = 0.5 * (t16 + t16.mH)
-    t18 = 1/2 * t17
-    t19 = 0.5 * (t1 + t1.mH)
-    t20 = 1/2 * t19
-    t21 = -t15 - t18 - t20
-    t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
-    t23 = t22 @ t0
-    t24 = V @ t23
-    t25 = w.unsqueeze(-1) * t0
-    t26 = t6 @ t25
-    t27 = 0.5 * (t26 + t26.mH)
-    t28 = t24 + t27
-    return t9, t28
+    t7 = t6.mH
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mH)
+    t10 = t5 - t9
+    t11 = w * gw
+    t12 = -t11
+    t13 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
+    t14 = t13 * w.unsqueeze(-2)
+    t15 = 0.5 * (t14 + t14.mH)
+    t16 = 1/2 * t15
+    t17 = t1.mH
+    t18 = eigsh_generalized_F_times(w, t17, 1, rtol=cluster_rtol, broadening=broadening)
+    t19 = t18 * w.unsqueeze(-2)
+    t20 = 0.5 * (t19 + t19.mH)
+    t21 = 1/2 * t20
+    t22 = 0.5 * (t1 + t1.mH)
+    t23 = 1/2 * t22
+    t24 = t21 - t16 - t23
+    t25 = torch.diagonal_scatter(t24, t24.diagonal(dim1=-2, dim2=-1) + t12, dim1=-2, dim2=-1)
+    t26 = t25 @ t0
+    t27 = V @ t26
+    t28 = w.unsqueeze(-1) * t7
+    t29 = V @ t28
+    t30 = 0.5 * (t29 + t29.mH)
+    t31 = t27 + t30
+    return t10, t31
 
 
 def eigsh_generalized_gauge(V, gV):
@@ -295,13 +301,13 @@ def eigsh_generalized_gauge_clusters(w, V, gV, cluster_rtol=None):
 def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh_generalized, as derived:
 
-    ``gA = -sym(S[A - d_i B; V](gV) V^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
+    ``gA = -sym(V (S[A - d_i B; V](gV))^T) + sym(V (F ∘ (V^T gV)) V^T) + sym(V diag(gw) V^T)``
 
-    ``gB = sym(S[A - d_i B; V](gV) diag(w) V^T) - 1/2 sym(V (F ∘ (V^T gV)) diag(w) V^T) - 1/2 sym(V diag(w) (F ∘ (V^T gV)) V^T) - sym(V diag(w) diag(gw) V^T) - 1/2 sym(V V^T gV V^T)``
+    ``gB = sym(V diag(w) (S[A - d_i B; V](gV))^T) - 1/2 sym(V (F ∘ (V^T gV)) diag(w) V^T) + 1/2 sym(V (F ∘ (gV^T V)) diag(w) V^T) - sym(V diag(w) diag(gw) V^T) - 1/2 sym(V V^T gV V^T)``
 
     ``residual_clusters = K ∘ skew(V^T gV)``
     """
-    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, matmul 7, pairwise_mul 2, pairwise_mul_skew 2, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, sym 5, transpose 3
     # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
     # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
     # residual_clusters: derived at derivations/eigsh_generalized.py:127 (step 67: gauge residual R_clusters = HadamardProduct(K, skew(U.T*gU)))
@@ -312,44 +318,47 @@ def eigsh_generalized_vjp_checked(A, B, w, V, gw, gV, cluster_rtol=None, broaden
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, B, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mT)
-    t9 = t5 - t8
-    t10 = w * gw
-    t11 = -t10
-    t12 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t12 * w.unsqueeze(-2)
-    t14 = 0.5 * (t13 + t13.mT)
-    t15 = 1/2 * t14
-    t16 = w.unsqueeze(-1) * t12
-    t17 = 0.5 * (t16 + t16.mT)
-    t18 = 1/2 * t17
-    t19 = 0.5 * (t1 + t1.mT)
-    t20 = 1/2 * t19
-    t21 = -t15 - t18 - t20
-    t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
-    t23 = t22 @ t0
-    t24 = V @ t23
-    t25 = w.unsqueeze(-1) * t0
-    t26 = t6 @ t25
-    t27 = 0.5 * (t26 + t26.mT)
-    t28 = t24 + t27
-    t29 = eigsh_generalized_K_times(w, t1 - t1.mT, 0.5, rtol=cluster_rtol)
-    return t9, t28, t29
+    t7 = t6.mT
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mT)
+    t10 = t5 - t9
+    t11 = w * gw
+    t12 = -t11
+    t13 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
+    t14 = t13 * w.unsqueeze(-2)
+    t15 = 0.5 * (t14 + t14.mT)
+    t16 = 1/2 * t15
+    t17 = t1.mT
+    t18 = eigsh_generalized_F_times(w, t17, 1, rtol=cluster_rtol, broadening=broadening)
+    t19 = t18 * w.unsqueeze(-2)
+    t20 = 0.5 * (t19 + t19.mT)
+    t21 = 1/2 * t20
+    t22 = 0.5 * (t1 + t1.mT)
+    t23 = 1/2 * t22
+    t24 = t21 - t16 - t23
+    t25 = torch.diagonal_scatter(t24, t24.diagonal(dim1=-2, dim2=-1) + t12, dim1=-2, dim2=-1)
+    t26 = t25 @ t0
+    t27 = V @ t26
+    t28 = w.unsqueeze(-1) * t7
+    t29 = V @ t28
+    t30 = 0.5 * (t29 + t29.mT)
+    t31 = t27 + t30
+    t32 = eigsh_generalized_K_times(w, t1 - t1.mT, 0.5, rtol=cluster_rtol)
+    return t10, t31, t32
 
 
 def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None, broadening=None):
     """VJP of eigsh_generalized for complex data, as derived:
 
-    ``gA = -sym(S[A - d_i B; V](gV) V^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
+    ``gA = -sym(V (S[A - d_i B; V](gV))^H) + sym(V (F ∘ (V^H gV)) V^H) + sym(V diag(gw) V^H)``
 
-    ``gB = sym(S[A - d_i B; V](gV) diag(w) V^H) - 1/2 sym(V (F ∘ (V^H gV)) diag(w) V^H) - 1/2 sym(V diag(w) (F ∘ (V^H gV)) V^H) - sym(V diag(w) diag(gw) V^H) - 1/2 sym(V V^H gV V^H)``
+    ``gB = sym(V diag(w) (S[A - d_i B; V](gV))^H) - 1/2 sym(V (F ∘ (V^H gV)) diag(w) V^H) + 1/2 sym(V (F ∘ (gV^H V)) diag(w) V^H) - sym(V diag(w) diag(gw) V^H) - 1/2 sym(V V^H gV V^H)``
 
     ``residual = diag(skew(V^H gV))``
 
     ``residual_clusters = K ∘ skew(V^H gV)``
     """
-    # Total ops: add 3, add_diag 2, diag_mul 1, diag_skew 1, matmul 7, pairwise_mul 1, pairwise_mul_skew 2, scale 4, scale_cols 1, scale_rows 2, shifted_solve 1, sym 5, transpose 1
+    # Total ops: add 3, add_diag 2, diag_mul 1, diag_skew 1, matmul 7, pairwise_mul 2, pairwise_mul_skew 2, scale 4, scale_cols 2, scale_rows 1, shifted_solve 1, sym 5, transpose 3
     # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
     # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
     # residual: derived at derivations/eigsh_generalized.py:127 (step 66: gauge residual R = diag(skew(U.T*gU)))
@@ -361,28 +370,31 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     t4 = t3 @ t0
     t5 = V @ t4
     t6 = _solvers.shifted_solve(A, B, V, w, gV)
-    t7 = t6 @ t0
-    t8 = 0.5 * (t7 + t7.mH)
-    t9 = t5 - t8
-    t10 = w * gw
-    t11 = -t10
-    t12 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
-    t13 = t12 * w.unsqueeze(-2)
-    t14 = 0.5 * (t13 + t13.mH)
-    t15 = 1/2 * t14
-    t16 = w.unsqueeze(-1) * t12
-    t17 = 0.5 * (t16 + t16.mH)
-    t18 = 1/2 * t17
-    t19 = 0.5 * (t1 + t1.mH)
-    t20 = 1/2 * t19
-    t21 = -t15 - t18 - t20
-    t22 = torch.diagonal_scatter(t21, t21.diagonal(dim1=-2, dim2=-1) + t11, dim1=-2, dim2=-1)
-    t23 = t22 @ t0
-    t24 = V @ t23
-    t25 = w.unsqueeze(-1) * t0
-    t26 = t6 @ t25
-    t27 = 0.5 * (t26 + t26.mH)
-    t28 = t24 + t27
-    t29 = 1j * t1.diagonal(dim1=-2, dim2=-1).resolve_conj().imag
-    t30 = eigsh_generalized_K_times(w, t1 - t1.mH, 0.5, rtol=cluster_rtol)
-    return t9, t28, t29, t30
+    t7 = t6.mH
+    t8 = V @ t7
+    t9 = 0.5 * (t8 + t8.mH)
+    t10 = t5 - t9
+    t11 = w * gw
+    t12 = -t11
+    t13 = eigsh_generalized_F_times(w, t1, 1, rtol=cluster_rtol, broadening=broadening)
+    t14 = t13 * w.unsqueeze(-2)
+    t15 = 0.5 * (t14 + t14.mH)
+    t16 = 1/2 * t15
+    t17 = t1.mH
+    t18 = eigsh_generalized_F_times(w, t17, 1, rtol=cluster_rtol, broadening=broadening)
+    t19 = t18 * w.unsqueeze(-2)
+    t20 = 0.5 * (t19 + t19.mH)
+    t21 = 1/2 * t20
+    t22 = 0.5 * (t1 + t1.mH)
+    t23 = 1/2 * t22
+    t24 = t21 - t16 - t23
+    t25 = torch.diagonal_scatter(t24, t24.diagonal(dim1=-2, dim2=-1) + t12, dim1=-2, dim2=-1)
+    t26 = t25 @ t0
+    t27 = V @ t26
+    t28 = w.unsqueeze(-1) * t7
+    t29 = V @ t28
+    t30 = 0.5 * (t29 + t29.mH)
+    t31 = t27 + t30
+    t32 = 1j * t1.diagonal(dim1=-2, dim2=-1).resolve_conj().imag
+    t33 = eigsh_generalized_K_times(w, t1 - t1.mH, 0.5, rtol=cluster_rtol)
+    return t10, t31, t32, t33

@@ -21,6 +21,7 @@ _LAZY = {
     "LinearOperator": "adjointgen.runtime.linear_operator",
     "NotPositiveDefiniteError": "adjointgen.runtime.checks",
     "SingularMatrixError": "adjointgen.runtime.checks",
+    "DefectiveMatrixError": "adjointgen.runtime.checks",
 }
 
 __all__ = sorted(_LAZY)

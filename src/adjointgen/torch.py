@@ -27,7 +27,7 @@ from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import spectral as _spectral
 
-__all__ = ["cholesky", "det", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
+__all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
            "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex"]
 
 
@@ -330,6 +330,63 @@ def _differentiated(A: torch.Tensor) -> bool:
         return True
     return ((torch.is_grad_enabled() and A.requires_grad) or wrapped(A)
             or torch.autograd.forward_ad.unpack_dual(A).tangent is not None)
+
+
+def eig(A: torch.Tensor, *, cluster_rtol: float | None = None, broadening: float | None = None):
+    """Eigendecomposition ``A V = V diag(w)`` of general square matrices, as :func:`torch.linalg.eig`.
+
+    Args:
+        A: ``(..., n, n)``, float32/float64 or complex64/complex128; batch dimensions broadcast.
+        cluster_rtol: relative tolerance below which two eigenvalues form a cluster of equal values
+            (default ``sqrt(eps)`` of the dtype).
+        broadening: ``ε > 0`` replaces every reciprocal gap ``1/x`` by ``conj(x)/(|x|^2 + ε)``: a
+            biased, finite surrogate; the cluster checks are then skipped.
+
+    Returns:
+        ``(w, V)``: complex eigenvalues ``(..., n)`` and unit-norm eigenvectors ``(..., n, n)``,
+        exactly those of :func:`torch.linalg.eig` (LAPACK ``geev``: the same order, the same phases).
+
+    The rules are derived in ``derivations/eig.py`` from ``A V = V diag(w)`` and the unit columns:
+    ``dw = diag(V^-1 dA V)``, ``dV = V (F ∘ (V^-1 dA V) - diag(Re(V^H V (F ∘ (V^-1 dA V)))))``,
+    ``gA = V^-H (diag(gw) + conj(F) ∘ (V^H (gV - V diag(Re(V^H gV))))) V^H`` with
+    ``F_ij = 1/(w_j - w_i)``; a real ``A`` gets the real part.  Reverse and forward mode,
+    ``torch.func`` transforms and higher derivatives work.
+
+    Gauges, checked in the backward: each eigenvector is defined up to its phase ``e^{iθ}``, so a loss
+    must not depend on it (:class:`adjointgen.PhaseDependentLossError`, as torch checks).  At a cluster
+    of equal eigenvalues of a diagonalizable ``A`` any basis of the cluster's eigenspace (renormalized)
+    is as valid: a loss invariant to that (the sum of the cluster's eigenvalues, its spectral projector)
+    gets its exact gradient, one that is not (an individual eigenvalue, an eigenvector) raises
+    :class:`adjointgen.DegenerateSubspaceError`.  A defective ``A`` (a Jordan block: the cluster's
+    eigenvectors dependent) raises :class:`adjointgen.DefectiveMatrixError` in the
+    backward; so does forward mode at a cluster.  Where eigenvalues are merely close, the derivative
+    exists and is large (it is that of the matrix as given).
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf.
+    """
+    from .generated.torch.eig import eig as general
+
+    return general(A, cluster_rtol=cluster_rtol, broadening=broadening)
+
+
+def eigvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tensor:
+    """Eigenvalues of general square matrices, as :func:`torch.linalg.eigvals` (complex ``(..., n)``,
+    LAPACK's order).
+
+    Without a gradient to follow this is ``torch.linalg.eigvals``; with one it is ``eig(A)[0]``,
+    differentiated by the rule derived in ``derivations/eig.py`` (``gA = V^-H diag(gw) V^H``).  At a
+    cluster of equal eigenvalues a loss symmetric in them (their sum, their product) gets its exact
+    gradient, one on an individual eigenvalue raises :class:`adjointgen.DegenerateSubspaceError`, and
+    a defective ``A`` raises :class:`adjointgen.DefectiveMatrixError`.
+
+    Raises:
+        ValueError: not a square floating matrix, NaN/Inf.
+    """
+    if _differentiated(A):
+        return eig(A, cluster_rtol=cluster_rtol)[0]
+    checks.matrix_input(A, "A", square=True, complex_ok=True)
+    return torch.linalg.eigvals(A)
 
 
 def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, cluster_rtol: float | None = None) -> torch.Tensor:

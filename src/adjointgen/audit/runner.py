@@ -122,6 +122,8 @@ def _random_structured(rng, shape, name, structure, complex_=False):
         return x * mask
     if name in structure.diagonal and name in structure.skew:
         return np.diag(1j * np.diag(x).imag) if complex_ else np.zeros(shape)
+    if name in structure.complex_diagonal:
+        return np.diag(np.diag(x))
     if name in structure.diagonal:
         return np.diag(np.diag(x).real)
     if name in structure.symmetric:
@@ -272,6 +274,8 @@ def _symbolic_env(d: OperationSpec, size: int = 3):
             continue
         if name in st.diagonal and name in st.skew:
             m = sp.diag(*[sp.I * sp.Symbol(f"{name}_{i}_im", real=True) if st.complex else 0 for i in range(r)])
+        elif name in st.complex_diagonal:
+            m = sp.diag(*[z(name, i, i) for i in range(r)])
         elif name in st.diagonal:
             m = sp.diag(*[sp.Symbol(f"{name}_{i}", real=True) for i in range(r)])
         elif name in st.symmetric:

@@ -26,7 +26,7 @@ from sympy.matrices.expressions import (
     ZeroMatrix,
 )
 
-from .nodes import (DiagFunction, DiagPart, EngineNode, LowerHalf, PairwiseMatrix, ScalarIdentity, OperatorSolve, ShiftedSolve, Skew,
+from .nodes import (conjugate, DiagFunction, DiagPart, EngineNode, LowerHalf, PairwiseMatrix, ScalarIdentity, OperatorSolve, ShiftedSolve, Skew,
                     StrictlyLower, Structure, Sym)
 
 Term = tuple  # (coefficient: sp.Expr, factors: tuple[MatrixExpr, ...])
@@ -51,6 +51,12 @@ def _is_zero_matrix(expr) -> bool:
 
 def transpose_atom(atom, structure: Structure) -> list[Term]:
     """Transpose of one atom, as a term list (a skew atom transposes to minus itself)."""
+    if isinstance(atom, PairwiseMatrix) and atom.definition.complex_values:
+        # F^H = conj(F^T): -conj(F) when F_ji = -F_ij, conj(F) when F_ji = F_ij
+        d = atom.definition
+        if d.is_antisymmetric or d.is_symmetric:
+            return [(sp.Integer(-1 if d.is_antisymmetric else 1), (conjugate(atom),))]
+        return [(sp.Integer(1), (Transpose(atom),))]
     if isinstance(atom, PairwiseMatrix):
         t = atom._eval_transpose()
         if t is None:
@@ -92,6 +98,8 @@ def is_diagonal_factor(f, structure: Structure) -> bool:
         return True
     if isinstance(f, Inverse):
         f = f.arg
+    if isinstance(f, Transpose) and isinstance(f.arg, MatrixSymbol) and f.arg.name in structure.complex_diagonal:
+        f = f.arg  # D^H = conj(D) of a complex diagonal D
     return isinstance(f, MatrixSymbol) and not isinstance(f, PairwiseMatrix) and f.name in structure.diagonal
 
 
@@ -111,6 +119,10 @@ def hermiticity(f, structure: Structure) -> int | None:
         return None
     if isinstance(f, Inverse):
         f = f.arg
+    if isinstance(f, Transpose) and isinstance(f.arg, MatrixSymbol) and f.arg.name in structure.diagonal:
+        f = f.arg  # conj(D) is as Hermitian as D
+    if isinstance(f, MatrixSymbol) and f.name in structure.complex_diagonal:
+        return None
     if isinstance(f, MatrixSymbol) and f.name in structure.diagonal:
         return -1 if f.name in structure.skew else 1
     if isinstance(f, DiagPart):
@@ -451,6 +463,19 @@ def _linear_node(node_type, inner_terms: list[Term], shape, structure: Structure
                 continue
             if structure.is_symmetric(fs[0].name):
                 continue
+        if node_type in (Sym, Skew) and structure.complex:
+            # sym(X^H) = sym(X), skew(X^H) = -skew(X): one orientation of the pair (the smaller key), so
+            # that sym(X) and sym(X^H) collect
+            t = expand(Transpose(inner), structure)
+
+            def rank(factors):  # fewer transposes (and conjugates) first, then the key
+                text = "*".join(_key(f) for f in factors)
+                return text.count("Transpose") + text.count("conj"), text
+
+            if len(t) == 1 and rank(t[0][1]) < rank(fs):
+                c2, fs2 = t[0]
+                c = c * c2 if node_type is Sym else -c * c2
+                inner = _monomial(sp.Integer(1), fs2)
         out.append((c, (node_type(inner),)))
     return collect(out)
 
@@ -696,6 +721,8 @@ def _transpose_atom_linear(atom, tangents, g, structure, contributions):
     if isinstance(atom, HadamardProduct):
         consts = [a for a in atom.args if isinstance(a, PairwiseMatrix)]
         other = [a for a in atom.args if not isinstance(a, PairwiseMatrix)][0]
+        # <G, F ∘ Y> = Re Σ conj(G_ij) F_ij Y_ij = <conj(F) ∘ G, Y>
+        consts = [conjugate(a) if a.definition.complex_values else a for a in consts]
         for name, parts in transpose_linear(other, tangents, HadamardProduct(*consts, g), structure).items():
             contributions.setdefault(name, []).extend(parts)
         return

@@ -360,7 +360,7 @@ class Derivation:
 
     def output(self, name, rows, cols, *, diagonal=False, orthonormal=False, lower=False, upper=False,
                unit_diagonal=False, real_diagonal=False, api=None, public=None, form=None, auxiliary=False,
-               constant=False, symmetric=False, hidden=False):
+               constant=False, symmetric=False, hidden=False, complex_diagonal=False):
         """Declare an output.
 
         ``api`` is its name in the generated rule functions (``w`` for ``D``); a diagonal output is
@@ -378,6 +378,9 @@ class Derivation:
         ``symmetric`` (Hermitian in a complex derivation): the output and its tangent are, so the
         engine reads ``P^T`` as ``P`` (``P`` of the polar decomposition ``A = U P``), with no identity
         to state it.
+        ``complex_diagonal``: a diagonal output with complex entries (the eigenvalues of a general
+        matrix, ``field="complex"``): ``D^H = conj(D)``, not ``D``; the pairwise matrices of its
+        values are complex, and the VJP transposes ``F ∘ X`` to ``conj(F) ∘ G``.
         ``hidden``: an output with its rule that the forward and the autograd function return but
         the public function does not: an intermediate the other rules read (the pseudo-inverse
         ``P`` of least squares), differentiable so that higher derivatives through those rules are
@@ -396,6 +399,11 @@ class Derivation:
             if not (lower or upper):
                 raise DerivationError(f"{self.path}:{self._line() or '?'}: real_diagonal needs lower=True or upper=True")
             self.structure.real_diagonal |= {name, "d" + name}
+        if complex_diagonal:
+            if not self.structure.complex:
+                raise DerivationError(f"{self.path}:{self._line() or '?'}: {name}: complex_diagonal needs field='complex'")
+            diagonal = True
+            self.structure.complex_diagonal |= {name, "d" + name, "g" + name}
         if diagonal:
             self.structure.diagonal |= {name, "d" + name, "g" + name}
         if symmetric:
@@ -571,7 +579,7 @@ class Derivation:
         instead of refusing the loss."""
         if D.name not in self.structure.diagonal:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: clusters() needs a diagonal symbol, not {D}")
-        definition = PairwiseDef(name, D.name, SameCluster(DI, DJ), sp.Integer(0),
+        definition = self._pairwise_def(name, D.name, SameCluster(DI, DJ), sp.Integer(0),
                                  origin=f"clusters of equal entries of {D.name}",
                                  meaning=f"1 where d_i and d_j are in one cluster of equal values of {D.name}")
         K = PairwiseMatrix.define(definition, D.shape[0])
@@ -613,6 +621,11 @@ class Derivation:
             (var,) = free
             used = tuple(sorted(k for k, sym in options.items() if sym in expr.free_symbols))
             self.instantiations[name] = ({f.__name__: sp.Lambda(var, expr)}, tuple((k, options[k]) for k in used))
+
+    def _pairwise_def(self, name, diagonal_of, *args, **kwargs) -> PairwiseDef:
+        """A pairwise matrix's definition; of complex values when ``diagonal_of`` is a complex diagonal."""
+        return PairwiseDef(name, diagonal_of, *args, complex_values=diagonal_of in self.structure.complex_diagonal,
+                           **kwargs)
 
     def pairwise_matrix(self, name: str) -> PairwiseMatrix:
         """A pairwise matrix an earlier step (or a helper) defined, by name."""
@@ -988,7 +1001,7 @@ class Derivation:
         diag_entry = sp.simplify(sp.expand(explicit[1, 1]).coeff(sp.Symbol("x11")).xreplace({d[1]: DI}))
         if diag_entry.free_symbols - {DI}:
             self._fail(label, f"{name}_ii = {diag_entry} is not a function of d_i")
-        definition = PairwiseDef(name, D.name, entry, sp.sympify(diag_entry), origin=label,
+        definition = self._pairwise_def(name, D.name, entry, sp.sympify(diag_entry), origin=label,
                                  meaning=f"entries of the terms D^a {X.name} D^b divided by {X.name}")
         E = PairwiseMatrix.define(definition, D.shape[0])
         self.pairwise[name] = definition
@@ -1233,7 +1246,7 @@ class Derivation:
             if sp.simplify(gdef.expr.xreplace({DJ: DI})) != 0:
                 self._fail(label, f"{gaps.name}_ij = {gdef.expr} does not vanish for d_i = d_j: no gauge inside clusters")
             zero_on = clusters.name
-        definition = PairwiseDef(name, gdef.diagonal_of, expr, sp.Integer(0), origin=label,
+        definition = self._pairwise_def(name, gdef.diagonal_of, expr, sp.Integer(0), origin=label,
                                  meaning=f"-1/({c}·{gaps.name}_ij) off the diagonal, 0 on it"
                                  + (f" and inside the clusters of {gdef.diagonal_of}" if zero_on else ""),
                                  zero_on=zero_on)
@@ -1274,7 +1287,7 @@ class Derivation:
         if sp.simplify(edef.diagonal_value) == 0:
             self._fail(label, f"{E.name}_ii = 0: solve the diagonal separately (solve_offdiagonal)")
         expr = sp.simplify(-1 / (c * edef.expr))
-        definition = PairwiseDef(name, edef.diagonal_of, expr, sp.simplify(-1 / (c * edef.diagonal_value)),
+        definition = self._pairwise_def(name, edef.diagonal_of, expr, sp.simplify(-1 / (c * edef.diagonal_value)),
                                  origin=label, meaning=f"-1/({c}·{E.name}_ij), the diagonal included",
                                  zero_on=edef.name)
         F = PairwiseMatrix.define(definition, unknown.shape[0])
@@ -1339,7 +1352,7 @@ class Derivation:
             rest = [t for t in rest if t != absorbed]
             if ratio < 0:  # name the matrix whose diagonal is +g: L = -(Ef ∘ F), the divided differences
                 expr, diag_value, c = sp.simplify(-expr), sp.simplify(-diag_value), -c
-        definition = PairwiseDef(name, defs[0].diagonal_of, expr, diag_value, origin=label,
+        definition = self._pairwise_def(name, defs[0].diagonal_of, expr, diag_value, origin=label,
                                  meaning=f"{' ∘ '.join(sorted(names))}" + (f", with {diagonal} on the diagonal" if absorbed else ""))
         L = PairwiseMatrix.define(definition, X.shape[0])
         self.pairwise[name] = definition
@@ -1601,6 +1614,7 @@ class Derivation:
         check: the form for code equals the derived one.
         """
         self.partial_rules = partial
+        self._register_conjugates(eq.rhs for eq in solutions.values())
         raw, sources = {}, {}
         allowed = {s.name for s in self.inputs + self.outputs} | {t.name for n, t in self.tangents.items()
                                                                     if n in {s.name for s in self.inputs}}
@@ -1632,11 +1646,21 @@ class Derivation:
                          symbolic=_same_value_symbolic(code[k], raw[k]))
         self.real_jvp = self._specialize("JVP", raw, sources)
 
+    def _register_conjugates(self, exprs):
+        """The conjugates ``conj(F)`` of complex pairwise matrices that the transposition (or a
+        normalisation) wrote are pairwise matrices of the derivation too (of ``conj d``)."""
+        for e in exprs:
+            for p in e.atoms(PairwiseMatrix):
+                base = p.definition.conjugate_of
+                if p.name not in self.pairwise and base in self.pairwise:
+                    self.pairwise[p.name] = p.definition
+                    self.pairwise_lines[p.name] = self.pairwise_lines.get(base)
+
     def _specialize(self, what: str, raw: dict, sources: dict) -> Rule | None:
         """A complex rule read on real data: renormalised with the real-only rules
         (``diag(X^T) = diag(X)``, zero diagonal of skew matrices), checked on the real instances."""
-        if not self.structure.complex:
-            return None
+        if not self.structure.complex or self.structure.complex_diagonal:
+            return None  # complex diagonal outputs (eigenvalues of a general matrix) are complex for real data too
         real = self.structure.real()
         spec = {k: normalize(v, real) for k, v in raw.items()}
         code = {k: algebra.simplify_for_codegen(v, real) for k, v in spec.items()}
@@ -1681,6 +1705,7 @@ class Derivation:
             parts = contrib.get(t, [])
             total = sp.MatAdd(*parts) if len(parts) > 1 else (parts[0] if parts else ZeroMatrix(*s.shape))
             total = self._norm(total)
+            self._register_conjugates([total])
             unprojected = total
             self._record("transpose", f"VJP g{s.name} by transposing the JVP: {total}",
                          Equation(MatrixSymbol("g" + s.name, *s.shape), total),
@@ -1751,6 +1776,7 @@ class Derivation:
             K = PairwiseMatrix(self.structure.clustered[T.name], *T.shape)
             projected = HadamardProduct(K, projected)
         raw = self._norm(projected)
+        self._register_conjugates([raw])
         name = gauge.residual_name
         eq = Equation(MatrixSymbol(name, *T.shape), raw)
         self._record("gauge", f"gauge residual {name} = {raw}: the loss's derivative along '{gauge.label}'", eq,

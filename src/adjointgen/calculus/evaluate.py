@@ -168,9 +168,11 @@ class _Numpy:
             definition = replace(definition, expr=concrete_expr(definition.expr, env),
                                  diagonal_value=concrete_expr(sp.sympify(definition.diagonal_value), env))
         f = _lambdified(definition.expr)
+        if definition.conjugate_of is not None:
+            d = np.conj(d)  # conj(F)_ij = expr(conj d_i, conj d_j): real coefficients
         di, dj = d[:, None], d[None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.asarray(f(di, dj), dtype=float) * np.ones((d.size, d.size))
+            out = np.asarray(f(di, dj), dtype=complex if np.iscomplexobj(d) else float) * np.ones((d.size, d.size))
             diag = sp.sympify(definition.diagonal_value)
             np.fill_diagonal(out, _lambdified(diag)(d, d) * np.ones(d.size) if diag.free_symbols else float(diag))
         if definition.zero_on is not None:
@@ -285,16 +287,22 @@ class _Sympy:
             # entries as free symbols carrying only the (anti)symmetry of the formula: enough for
             # steps that use nothing else about F, and polynomial, so cheap to simplify
             sign = -1 if definition.is_antisymmetric else (1 if definition.is_symmetric else None)
+            # complex values: complex entries; conj(F) has the conjugates of F's
+            base = definition.conjugate_of or definition.name
+            real = not definition.complex_values
+            conj = sp.conjugate if definition.conjugate_of is not None else (lambda z: z)
 
             def entry(i, j):
                 if i == j:
                     diag = sp.sympify(definition.diagonal_value)
-                    return sp.Symbol(f"{definition.name}_{i}{i}", real=True) if diag.free_symbols else diag
+                    return conj(sp.Symbol(f"{base}_{i}{i}", real=real)) if diag.free_symbols else diag
                 if sign is None or i < j:
-                    return sp.Symbol(f"{definition.name}_{i}{j}", real=True)
-                return sign * sp.Symbol(f"{definition.name}_{j}{i}", real=True)
+                    return conj(sp.Symbol(f"{base}_{i}{j}", real=real))
+                return sign * conj(sp.Symbol(f"{base}_{j}{i}", real=real))
 
             return sp.Matrix(n, n, entry)
+        if definition.conjugate_of is not None:
+            d = [sp.conjugate(x) for x in d]
         return sp.Matrix(
             n,
             n,

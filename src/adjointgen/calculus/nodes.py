@@ -780,6 +780,11 @@ class PairwiseDef:
     #: the cluster indicator on whose pairs this matrix is zero (a reciprocal gap inside a cluster
     #: of equal values, where the equation it solves leaves the unknown free: a gauge)
     zero_on: str | None = None
+    #: ``d`` is complex (the eigenvalues of a general matrix): ``F^H`` is ``conj(F)^T``, not ``±F``
+    complex_values: bool = False
+    #: the entries are the complex conjugates of those of the pairwise matrix named here:
+    #: ``conj(F)_ij = expr(conj d_i, conj d_j)`` (the formulas have real coefficients)
+    conjugate_of: str | None = None
 
     @property
     def is_indicator(self) -> bool:
@@ -798,6 +803,19 @@ class PairwiseDef:
     @property
     def is_symmetric(self) -> bool:
         return sp.simplify(self.expr - self.swapped) == 0
+
+
+def conjugate(F: "PairwiseMatrix") -> "PairwiseMatrix":
+    """``conj(F)`` of a pairwise matrix of complex values, itself a pairwise matrix (of ``conj d``)."""
+    d = F.definition
+    if d.conjugate_of is not None:
+        return PairwiseMatrix(d.conjugate_of, *F.shape)
+    name = d.name + "conj"
+    if name not in PairwiseMatrix._registry or PairwiseMatrix._registry[name].conjugate_of != d.name:
+        PairwiseMatrix._registry[name] = PairwiseDef(
+            name, d.diagonal_of, d.expr, d.diagonal_value, origin=d.origin, meaning=f"conj({d.name}): " + d.meaning,
+            zero_on=d.zero_on, complex_values=True, conjugate_of=d.name)
+    return PairwiseMatrix(name, *F.shape)
 
 
 class PairwiseMatrix(MatrixSymbol):
@@ -820,6 +838,8 @@ class PairwiseMatrix(MatrixSymbol):
 
     def _eval_transpose(self):
         d = self.definition
+        if d.complex_values:
+            return None  # F^H = conj(F)^T: the engine's transpose rule writes it with conjugate()
         if d.is_symmetric:
             return self
         if d.is_antisymmetric:
@@ -855,6 +875,9 @@ class Structure:
     #: triangular symbols whose diagonal is real (complex derivations: the Cholesky factor, whose
     #: diagonal is positive, and its tangent)
     real_diagonal: set[str] = field(default_factory=set)
+    #: diagonal symbols whose entries are complex (the eigenvalues of a general matrix): not
+    #: Hermitian, ``D^H = conj(D)``, still commuting with every diagonal
+    complex_diagonal: set[str] = field(default_factory=set)
 
     def __setattr__(self, name, value):
         if getattr(self, "_frozen", False):
@@ -868,18 +891,20 @@ class Structure:
         copy = Structure(frozenset(self.symmetric), frozenset(self.diagonal), frozenset(self.skew),
                          types.MappingProxyType(dict(self.orthonormal)), self.complex,
                          types.MappingProxyType(dict(self.clustered)), frozenset(self.lower), frozenset(self.upper),
-                         frozenset(self.unit), frozenset(self.strict), frozenset(self.real_diagonal))
+                         frozenset(self.unit), frozenset(self.strict), frozenset(self.real_diagonal),
+                         frozenset(self.complex_diagonal))
         object.__setattr__(copy, "_frozen", True)
         return copy
 
     def is_symmetric(self, name: str) -> bool:
-        return (name in self.symmetric or name in self.diagonal) and name not in self.skew
+        return ((name in self.symmetric or name in self.diagonal) and name not in self.skew
+                and name not in self.complex_diagonal)
 
     def real(self) -> "Structure":
         """The same declarations for real matrices (the specialisation of a complex rule)."""
         return Structure(set(self.symmetric), set(self.diagonal), set(self.skew), dict(self.orthonormal), False,
                          dict(self.clustered), set(self.lower), set(self.upper), set(self.unit), set(self.strict),
-                         set(self.real_diagonal))
+                         set(self.real_diagonal), set(self.complex_diagonal))
 
     def triangle(self, name: str) -> tuple[str, str] | None:
         """``(side, diagonal)`` of a triangular symbol: side ``lower``/``upper``, diagonal
@@ -891,7 +916,9 @@ class Structure:
 
     def describe(self, name: str) -> list[str]:
         props = []
-        if name in self.diagonal:
+        if name in self.complex_diagonal:
+            props.append("complex diagonal")
+        elif name in self.diagonal:
             props.append("diagonal")
         elif name in self.symmetric:
             props.append("symmetric")

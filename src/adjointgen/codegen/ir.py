@@ -147,6 +147,9 @@ class PairwiseFn:
     fused: tuple | None = None
     #: where the step ``origin`` is in the derivation file (``derivations/eigh.py:41``)
     where: str = ""
+    #: ``d`` is complex (the eigenvalues of a general matrix): no real CUDA kernel, and the
+    #: broadening divides by ``|den|^2``
+    complex_values: bool = False
 
     @property
     def needs_clusters(self) -> bool:
@@ -408,6 +411,12 @@ class OperationIR:
         return self.vjp_complex is not None
 
     @property
+    def complex_only(self) -> bool:
+        """One set of rules, for complex data: the outputs are complex for real inputs too (the
+        eigenvalues of a general matrix); the public function casts real input."""
+        return self.jvp.complex
+
+    @property
     def rules(self) -> tuple[RuleIR, ...]:
         extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, *self.gauge_rules, self.vjp_checked,
                  self.vjp_complex_checked)
@@ -460,11 +469,12 @@ class OperationIR:
     def kernel_variants(self) -> tuple[tuple[str, str], ...]:
         """(pairwise function name, fused part) for every fused elementwise kernel used."""
         seen = set()
-        indicators = {p.name for p in self.pairwise if p.indicator}
+        # a cluster indicator is a mask, not a formula; complex values have no real kernel
+        indicators = {p.name for p in self.pairwise if p.indicator or p.complex_values}
         for rule in self.rules:
             for v in rule.kernels:
                 if v.attr("fn") in indicators:
-                    continue  # a cluster indicator is a mask, not a formula: no kernel
+                    continue
                 part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
                 seen.add((v.attr("fn"), part))
                 if rule.complex and part != "none":

@@ -160,6 +160,8 @@ class _Builder:
                 return self.emit("hadamard", [self.params[pw[0].name].name, self.lower(other[0])], "matrix")
             fn = self.pairwise_names[pw[0].name]
             vec = self.vector_of[pw[0].name]
+            if pw[0].definition.conjugate_of is not None:  # conj(F) = F of conj(d)
+                vec = self.emit("conj", [vec], "diag")
             x = other[0]
             options = []  # (keyword of the pairwise function, the rule's parameter passed to it)
             pf = self.pairwise_fns.get(pw[0].name)
@@ -437,9 +439,12 @@ def _pairwise_fn(d: OperationSpec, name: str, api: dict[str, str], root=None) ->
         origin=pdef.origin,
         indicator=pdef.is_indicator,
         masked=pdef.zero_on is not None,
-        broadened=(num * den / (den ** 2 + sp.Symbol("broadening", positive=True))) if pdef.zero_on else None,
+        broadened=(None if not pdef.zero_on else
+                   num * sp.conjugate(den) / (sp.Abs(den) ** 2 + sp.Symbol("broadening", positive=True))
+                   if pdef.complex_values else num * den / (den ** 2 + sp.Symbol("broadening", positive=True))),
         fused=_fused_form(num, den, pdef) if pdef.zero_on is not None else None,
         where=where,
+        complex_values=pdef.complex_values,
     )
 
 
@@ -496,6 +501,9 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     factor_exprs = [e for pair in d.vjp_factors.values() for e in pair]
     real_jvp = d.real_jvp or d.jvp  # a complex derivation's rules read on real data
     real_vjp = d.real_vjp or d.vjp
+    # a derivation whose outputs are complex for real data too (a complex diagonal: the eigenvalues
+    # of a general matrix) has one set of rules, for complex data; the public function casts
+    complex_only = bool(d.structure.complex and d.real_jvp is None)
     if d.real_jvp is not None:
         factor_exprs += [*real_jvp.rewritten.values(), *real_vjp.rewritten.values()]
     residuals = _residuals(d)
@@ -573,7 +581,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         jvp_params[t.name] = Param("d" + api[s.name], t.name, kind(s.name), "tangent")
     ruled = {o.name for o in d.rule_outputs}
     jvp_out = {d.tangents[s.name].name: "d" + api[s.name] for s in outputs_sorted if s.name in ruled}
-    jvp = rule("jvp", real_jvp.rewritten, jvp_params, jvp_out, real_jvp.raw)
+    jvp = rule("jvp", real_jvp.rewritten, jvp_params, jvp_out, real_jvp.raw, complex_only)
     # VJP: primal outputs, output cotangents -> input cotangents
     vjp_params = {}
     for s in input_params:
@@ -586,7 +594,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         g = d.cotangents[s.name]
         vjp_params[g.name] = Param("g" + api[s.name], g.name, kind(s.name), "cotangent")
     vjp_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
-    vjp = rule("vjp", real_vjp.rewritten, vjp_params, vjp_out, real_vjp.raw)
+    vjp = rule("vjp", real_vjp.rewritten, vjp_params, vjp_out, real_vjp.raw, complex_only)
     jvp_complex = vjp_complex = gauge = checked = None
     if d.real_jvp is not None:
         jvp_complex = rule("jvp", d.jvp.rewritten, jvp_params, jvp_out, d.jvp.raw, True, "_complex")
@@ -596,6 +604,8 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     residuals_real, residuals_complex = [], []
     real_codes, real_raws, complex_codes, complex_raws, out_real, out_complex = {}, {}, {}, {}, {}, {}
     for gauge, res_name, (raw, code), real in residuals:
+        if complex_only:
+            real = (raw, code)  # the one set of rules (complex), in the slots of the real ones
         out = "residual" + gauge.suffix
         exprs_ = [code] + ([real[1]] if real else [])
         symbols = {x.name for e in exprs_ for x in e.atoms(MatrixSymbol)}
@@ -616,14 +626,14 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         info = ResidualIR(gauge.name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
                           vector, split, what, completes)
         suffix = gauge.suffix
-        if d.structure.complex:
+        if d.structure.complex and not complex_only:
             gauge_rules.append(rule("gauge", {res_name: code}, gauge_params, {res_name: out}, {res_name: raw}, True,
                                     suffix + ("_complex" if real is not None else "")))
             complex_codes[res_name], complex_raws[res_name], out_complex[res_name] = code, raw, out
             residuals_complex.append(info)
         if real is not None:
             gauge_rules.append(rule("gauge", {res_name: real[1]}, gauge_params, {res_name: out}, {res_name: real[0]},
-                                    False, suffix))
+                                    complex_only, suffix))
             real_codes[res_name], real_raws[res_name], out_real[res_name] = real[1], real[0], out
             residuals_real.append(info)
     if complex_codes:
@@ -632,7 +642,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
                        {**d.vjp.raw, **complex_raws}, True, "_complex_checked")
     if real_codes:
         checked_real = rule("vjp", {**real_vjp.rewritten, **real_codes}, vjp_params, {**vjp_out, **out_real},
-                            {**real_vjp.raw, **real_raws}, False, "_checked")
+                            {**real_vjp.raw, **real_raws}, complex_only, "_checked")
     gauge = next((r for r in gauge_rules if r.name == f"{d.name}_gauge"), None)
     vjp_factors = None
     if d.vjp_factors:
@@ -743,7 +753,9 @@ def _residuals(d: OperationSpec):
         (name, raw), = rule_.raw.items()
         code = rule_.rewritten[name]
         real = None
-        if d.structure.complex:
+        if d.structure.complex_diagonal:
+            pass  # complex for real data too: no real specialisation
+        elif d.structure.complex:
             structure = d.structure.real()
             real_raw = algebra.normalize(raw, structure)
             if algebra.expand(real_raw, structure):

@@ -246,6 +246,9 @@ class _ScalarPython(PythonCodePrinter):
     def _print_Symbol(self, expr):
         return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
 
+    def _print_conjugate(self, expr):  # arrays of torch, NumPy/CuPy and JAX all have .conj()
+        return f"({self._print(expr.args[0])}).conj()"
+
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
         if exp == 2:  # x*x: one multiply, and no pow kernel on tensors (parenthesized: it may divide)

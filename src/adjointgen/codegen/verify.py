@@ -253,6 +253,9 @@ def _check_rules_once(op, d, module, contexts, path, problems, *, to_array, to_n
             if _is_complex(ctx) != complex_rule and (d.field == "complex"):
                 continue
             env = dict(ctx.env)
+            if complex_rule:  # a complex rule takes real data as complex (a complex-only operation's)
+                env = {k: v.astype(np.result_type(v.dtype, np.complex64)) if isinstance(v, np.ndarray) else v
+                       for k, v in env.items()}
             try:
                 got = fn(*[None if p.role in OPTIONAL_ROLES else to_array(_value(env, p, d, ctx.dims))
                            for p in rule.params])

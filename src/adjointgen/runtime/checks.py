@@ -70,6 +70,12 @@ class SingularMatrixError(ValueError, torch.linalg.LinAlgError):
     ``torch.linalg.LinAlgError``."""
 
 
+class DefectiveMatrixError(SingularMatrixError):
+    """A matrix is defective (not diagonalizable): the eigenvectors of a cluster of equal
+    eigenvalues are linearly dependent, so the eigenvector matrix the derivatives invert is
+    singular.  Raised by the backward (and forward mode) of :func:`adjointgen.torch.eig`."""
+
+
 try:
     from torch._C._functorch import is_batchedtensor as _is_batched, is_functorch_wrapped_tensor as _is_wrapped
 except ImportError:  # pragma: no cover - older torch
@@ -419,3 +425,4 @@ class Options:
 
     def __repr__(self):
         return f"Options{self.values!r}"
+

@@ -98,8 +98,8 @@ def cluster_mask(d: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
     with torch.no_grad():
         d = d.detach()
-        scale = d.abs().amax(-1, keepdim=True) if d.shape[-1] else d.new_ones(*d.shape[:-1], 1)
-        scale = scale.clamp_min(torch.finfo(d.dtype).tiny).unsqueeze(-1)
+        scale = d.abs().amax(-1, keepdim=True) if d.shape[-1] else d.abs().new_ones(*d.shape[:-1], 1)
+        scale = scale.clamp_min(torch.finfo(scale.dtype).tiny).unsqueeze(-1)
         close = (d.unsqueeze(-1) - d.unsqueeze(-2)).abs() <= rtol * scale
         eye = torch.eye(d.shape[-1], dtype=torch.bool, device=d.device)
         return close & ~eye
@@ -161,10 +161,15 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
         answer = bool(v.shape[-1] >= 2 and (np.diff(np.sort(v, axis=-1), axis=-1) <= rtol * scale).any())
     else:
         with torch.no_grad():
-            scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+            scale = x.abs().amax(-1, keepdim=True)
+            scale = scale.clamp_min(torch.finfo(scale.dtype).tiny)
             values = x if kind == "difference" else torch.cat([x, -x], dim=-1)
             answer = False
-            if values.shape[-1] >= 2:
+            if values.shape[-1] >= 2 and values.is_complex():  # points of the plane: every pair
+                gaps = (values.unsqueeze(-1) - values.unsqueeze(-2)).abs()
+                gaps = gaps + torch.diag_embed(torch.full_like(gaps[..., 0], torch.inf))
+                answer = bool((gaps <= rtol * scale.unsqueeze(-1)).any())
+            elif values.shape[-1] >= 2:
                 gaps = torch.diff(values.sort(-1).values, dim=-1)
                 answer = bool((gaps <= rtol * scale).any())
     try:
@@ -195,8 +200,8 @@ def negligible(denominator: torch.Tensor, d: torch.Tensor, rtol: float | None = 
     ``d_j - d_i``, a pair of zero singular values for ``s_i + s_j``."""
     rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
     with torch.no_grad():
-        scale = d.detach().abs().amax(-1, keepdim=True) if d.shape[-1] else d.new_ones(*d.shape[:-1], 1)
-        scale = scale.clamp_min(torch.finfo(d.dtype).tiny).unsqueeze(-1)
+        scale = d.detach().abs().amax(-1, keepdim=True) if d.shape[-1] else d.abs().new_ones(*d.shape[:-1], 1)
+        scale = scale.clamp_min(torch.finfo(scale.dtype).tiny).unsqueeze(-1)
         return denominator.detach().abs() <= rtol * scale
 
 
@@ -204,8 +209,8 @@ def zero_mask(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """``(..., k)`` booleans: ``|s_i| <= rtol * max_j |s_j|`` (zero singular values)."""
     rtol = default_rtol(s.dtype) if rtol is None else float(rtol)
     with torch.no_grad():
-        scale = s.detach().abs().amax(-1, keepdim=True) if s.shape[-1] else s.new_ones(*s.shape[:-1], 1)
-        return s.detach().abs() <= rtol * scale.clamp_min(torch.finfo(s.dtype).tiny)
+        scale = s.detach().abs().amax(-1, keepdim=True) if s.shape[-1] else s.abs().new_ones(*s.shape[:-1], 1)
+        return s.detach().abs() <= rtol * scale.clamp_min(torch.finfo(scale.dtype).tiny)
 
 
 def reciprocal(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
@@ -258,7 +263,7 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             bad_basis = clusters & (residual.abs() > math.sqrt(eps) * scale + tiny)
         bad_split = torch.zeros_like(clusters)
         if split is not None:
-            g = split.real if split.is_complex() else split
+            g = split  # complex values (eig): their complex differences
             level = g.abs().amax(-1, keepdim=True).unsqueeze(-1)
             spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs()
             bad_split = clusters & (spread > max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny)
@@ -288,6 +293,39 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
             "adjointgen.runtime.gauge.set_enabled(False)")
+
+
+def check_independent(op: str, V: torch.Tensor, d: torch.Tensor, rtol=None) -> None:
+    """Raise :class:`~adjointgen.runtime.checks.DefectiveMatrixError` when the columns of ``V``
+    (eigenvectors, not orthonormal) of a cluster of equal ``d`` are numerically dependent: their
+    smallest singular value below ``rtol`` (the cluster tolerance) times their largest.  A
+    defective (Jordan) matrix: its eigenvector matrix, which the rules invert, is singular.
+    Cheap where ``d`` has no cluster (``O(n^2)`` complex, ``O(n log n)`` real)."""
+    from .checks import DefectiveMatrixError, physical
+    from .gauge import describe_cluster
+
+    if not has_clusters(d, rtol):
+        return
+    plain = physical(V, d)
+    if plain is None:
+        return
+    V, d = plain
+    rtol_ = default_rtol(d.dtype) if rtol is None else float(rtol)
+    with torch.no_grad():
+        masks = cluster_mask(d, rtol).reshape(-1, d.shape[-1], d.shape[-1])
+        Vs = V.detach().reshape(-1, *V.shape[-2:])
+        ds = d.detach().reshape(-1, d.shape[-1])
+        for b in range(masks.shape[0]):
+            for members in _clusters_of(masks[b]):
+                s = torch.linalg.svdvals(Vs[b % Vs.shape[0]][:, members])
+                if not bool(s[-1] > rtol_ * s[0]):
+                    where = f"batch index {b}, " if masks.shape[0] > 1 else ""
+                    raise DefectiveMatrixError(
+                        f"{op}: the matrix is defective (not diagonalizable) at a cluster of equal eigenvalues "
+                        f"({where}{describe_cluster(members, ds[b % ds.shape[0]].cpu(), 'eigenvalues')}): their "
+                        f"eigenvectors are linearly dependent (smallest singular value {float(s[-1]):.2e} of "
+                        f"{float(s[0]):.2e}), so the eigenvector matrix the derivatives invert is singular and "
+                        f"the eigenvectors have no derivative there")
 
 
 # ------------------------------------------------------------------ forward mode at clusters

@@ -35,13 +35,39 @@ def _is_complex(rules: Rules, env: dict) -> bool:
     return rules.vjp_complex is not None and env[rules.data].is_complex()
 
 
+def _as_complex(env: dict) -> dict:
+    """Real floating tensors of ``env`` in the complex dtype of their precision."""
+    import torch
+
+    return {k: v.to(torch.promote_types(v.dtype, torch.complex64))
+            if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in env.items()}
+
+
+def _independent(rules: Rules, env: dict) -> None:
+    """Vectors that are not orthonormal (``complex_only`` rules invert them): independent inside
+    the clusters of their values, else the matrix is defective."""
+    for r in rules.residuals:
+        if r.vector is not None:
+            for name in r.cotangents:
+                degeneracy.check_independent(rules.op, env[name[1:]], env[r.vector], env.get("cluster_rtol"))
+
+
 def jvp(rules: Rules, env: dict) -> tuple:
     """The output tangents: the complex or the real JVP rule."""
+    if rules.complex_only:
+        _independent(rules, env)
+        return rules.jvp(_as_complex(env))
     return (rules.jvp_complex if _is_complex(rules, env) else rules.jvp)(env)
 
 
 def vjp(rules: Rules, env: dict) -> tuple:
     """The input cotangents (``rules.outputs``), checked where the gauge leaves freedom."""
+    if rules.complex_only:  # complex rules; the phases are always a gauge; a real input's cotangent is real
+        _independent(rules, env)
+        cenv = _as_complex(env)
+        out = (_checked(rules, cenv, rules.vjp_checked, rules.residuals) if rules.vjp_checked is not None
+               and gauge.enabled() else rules.vjp(cenv))
+        return tuple(g.real if not env.get(name[1:], g).is_complex() else g for name, g in zip(rules.outputs, out))
     if _is_complex(rules, env):
         if rules.vjp_complex_checked is not None and gauge.enabled():
             return _checked(rules, env, rules.vjp_complex_checked, rules.residuals_complex)
@@ -52,6 +78,30 @@ def vjp(rules: Rules, env: dict) -> tuple:
             not vectors or any(degeneracy.has_clusters(env[v], env.get("cluster_rtol")) for v in vectors)):
         return _checked(rules, env, rules.vjp_checked, rules.residuals)
     return rules.vjp(env)
+
+
+def _floor(residuals: tuple[Residual, ...], env: dict):
+    """``sqrt``-free size of the loss's derivative through the values, ``max|g_w| max|w|`` per batch
+    element ``(..., 1)`` (the units of a phase residual: the vectors are unit-free): cotangents of
+    the vectors below ``sqrt(eps)`` of it are rounding (``None`` without a residual on values)."""
+    import torch
+
+    for r in residuals:
+        if r.vector is not None and r.split is not None:
+            with torch.no_grad():
+                w, gw = env[r.vector], env[r.split]
+                if w.shape[-1] == 0:
+                    return None
+                floor = gw.abs().amax(-1, keepdim=True) * w.abs().amax(-1, keepdim=True)
+                from .checks import physical
+
+                plain = physical(floor)
+                try:  # values to read (not the batched tensors of gradcheck's legacy vmap, nor a compiler's)
+                    bool(plain[0].isfinite().all())
+                except (RuntimeError, TypeError):
+                    return None
+                return floor
+    return None
 
 
 def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...]) -> tuple:
@@ -65,10 +115,11 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
             env.update(zip((*r.completes, r.split, *gs), out))
     values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
+    floor = _floor(residuals, env)
     for r in residuals:
         cotangents = tuple(env[c] for c in r.cotangents)
         if r.vector is None:
-            gauge.check(rules.op, values[r.output], *cotangents)
+            gauge.check(rules.op, values[r.output], *cotangents, floor=floor)
         elif broadening is None:
             split = None if r.completes or r.split is None else env[r.split]
             degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,

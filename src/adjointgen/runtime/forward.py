@@ -163,6 +163,12 @@ def sqrtm_general(A):
     return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)
 
 
+def eig(A):
+    """Eigenvalues and unit-norm eigenvectors of general square ``A`` (complex, batched), as
+    ``torch.linalg.eig`` (LAPACK's ``geev``; MAGMA's on the host for CUDA tensors, as torch does)."""
+    return torch.linalg.eig(A)
+
+
 def matrix_exp(A):
     """``exp(A)`` of general square ``A``, as ``torch.linalg.matrix_exp``."""
     return torch.linalg.matrix_exp(A)

@@ -74,30 +74,34 @@ def disabled():
         set_enabled(previous)
 
 
-def _excess(residual, scale):
+def _excess(residual, scale, floor=None):
     """``(relative size of |residual| / scale, whether it exceeds sqrt(eps))`` elementwise, on plain
-    tensors (``torch.func`` wrappers taken off), or ``None`` while a compiler traces the values."""
+    tensors (``torch.func`` wrappers taken off), or ``None`` while a compiler traces the values;
+    ``floor`` is added to ``scale`` (after both are taken off, so their ``vmap`` levels align)."""
     import torch
 
     from .checks import physical
 
-    plain = physical(residual, scale)
+    plain = physical(residual, scale, floor)
     if plain is None:
         return None
-    residual, scale = plain
+    residual, scale, floor = plain
+    scale = scale if floor is None else scale + floor
     real = residual.real.dtype if residual.is_complex() else residual.dtype
     tiny = torch.finfo(real).tiny
     bad = residual.abs() > (torch.finfo(real).eps ** 0.5) * scale + tiny
     return (residual.abs() / scale.clamp_min(tiny)), bad
 
 
-def check(op: str, residual, *cotangents) -> None:
+def check(op: str, residual, *cotangents, floor=None) -> None:
     """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
-    the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``)."""
+    the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``), plus
+    ``floor`` (``(..., 1)``: the size of the loss's other derivatives, below which cotangents of the
+    vectors are rounding, e.g. in a second derivative of a loss of the values alone)."""
     import torch
 
     with torch.no_grad():
-        found = _excess(residual, sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents))
+        found = _excess(residual, sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents), floor)
         if found is not None and bool(found[1].any()):
             relative, bad = found
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
@@ -193,7 +197,12 @@ def describe_cluster(members, values=None, what: str = "values") -> str:
     indices = ", ".join(str(int(i)) for i in members)
     if values is None:
         return f"{what} at indices {indices}"
-    shown = ", ".join(f"{float(values[int(i)]):.6g}" for i in members)
+
+    def shown_value(x):
+        x = x.item() if hasattr(x, "item") else x
+        return f"{x.real:.6g}{x.imag:+.6g}j" if isinstance(x, complex) else f"{float(x):.6g}"
+
+    shown = ", ".join(shown_value(values[int(i)]) for i in members)
     return f"{what} {shown} (indices {indices})"
 
 

@@ -199,6 +199,12 @@ def adjugate(xp, A):
                                               xp.conj(xp.swapaxes(U, -1, -2)))
 
 
+def eig(A):
+    """``(w, V)``: eigenvalues and unit-norm eigenvectors of general square ``A``, complex, as
+    ``jax.numpy.linalg.eig`` (LAPACK ``geev``; JAX runs it on the host for accelerator arrays)."""
+    return jnp.linalg.eig(A)
+
+
 def matrix_exp(A):
     """``exp(A)`` of general square ``A``: ``jax.scipy.linalg.expm`` (batched)."""
     import jax.scipy.linalg as jsl
@@ -504,6 +510,10 @@ def _violations(rules, env, checked, residuals, cotangents, names):
     env = dict(env, **dict(zip(names, cotangents)))
     values = dict(zip((*rules.outputs, *(r.output for r in residuals)), checked(env)))
     bad, phase, cluster = None, False, False
+    # the size of the loss's derivative through the values (max|g_w| max|w|): cotangents of the
+    # vectors below sqrt(eps) of it are rounding (a second derivative of a loss of the values alone)
+    floor = next((jnp.max(jnp.abs(env[r.split]), axis=-1, keepdims=True) * jnp.max(jnp.abs(env[r.vector]), axis=-1, keepdims=True)
+                  for r in residuals if r.vector is not None and r.split is not None and env[r.vector].shape[-1]), 0.0)
     for r in residuals:
         cot = [env[c] for c in r.cotangents]
         residual = values[r.output]
@@ -511,14 +521,14 @@ def _violations(rules, env, checked, residuals, cotangents, names):
         eps, tiny = float(jnp.finfo(real).eps), float(jnp.finfo(real).tiny)
         norms = sum(jnp.sqrt(jnp.sum(jnp.abs(g) ** 2, axis=-2)) for g in cot)
         if r.vector is None:  # a phase residual, one per column
-            flag = jnp.any(jnp.abs(residual) > math.sqrt(eps) * norms + tiny, axis=-1)
+            flag = jnp.any(jnp.abs(residual) > math.sqrt(eps) * (norms + floor) + tiny, axis=-1)
             phase = phase | jnp.any(flag)
         else:
             clusters = cluster_mask(jnp, env[r.vector], env.get("cluster_rtol"))
             scale = norms[..., :, None] + norms[..., None, :]
             flag = jnp.any(clusters & (jnp.abs(residual) > math.sqrt(eps) * scale + tiny), axis=(-2, -1))
             if r.split is not None:
-                g = jnp.real(env[r.split])
+                g = env[r.split]  # complex values (eig): their complex differences
                 level = jnp.max(jnp.abs(g), axis=-1, keepdims=True)[..., None] if g.shape[-1] else 0
                 spread = jnp.abs(g[..., :, None] - g[..., None, :])
                 flag = flag | jnp.any(clusters & (spread > math.sqrt(eps) * level + tiny), axis=(-2, -1))

@@ -65,3 +65,6 @@ class Rules:
     vjp_complex_checked: Call | None = None
     residuals_complex: tuple[Residual, ...] = ()
     broadening: bool = False
+    #: one set of rules, for complex data, whose outputs are complex for real input too (``eig``):
+    #: real data is cast for them, and the real input's cotangent is the real part
+    complex_only: bool = False

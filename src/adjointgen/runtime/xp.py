@@ -433,6 +433,20 @@ def adjugate(xp, A):
     return phase[..., None, None] * xp.matmul(V * (before * after)[..., None, :], xp.conj(xp.swapaxes(U, -1, -2)))
 
 
+def eig(A):
+    """Eigenvalues and unit-norm eigenvectors of general square ``A`` (complex, batched): NumPy's
+    ``eig`` (LAPACK ``geev``), on the host for CuPy arrays (CuPy has no general eigensolver)."""
+    xp = array_module(A)
+    a = numpy.asarray(A.get() if is_cupy(xp) else A)
+    ctype = numpy.result_type(a.dtype, numpy.complex64)
+    if a.size == 0:
+        w, V = numpy.zeros(a.shape[:-1], ctype), numpy.zeros(a.shape, ctype)
+    else:
+        w, V = numpy.linalg.eig(a)
+        w, V = w.astype(ctype, copy=False), V.astype(ctype, copy=False)
+    return (xp.asarray(w), xp.asarray(V)) if is_cupy(xp) else (w, V)
+
+
 def matrix_exp(A):
     """``exp(A)`` of general square ``A`` (batched): SciPy's ``expm`` (NumPy), CuPy's ``expm``."""
     xp = array_module(A)
