@@ -87,7 +87,7 @@ dL_sol = d.solve_for(d.diagonal_part(s, "diagonal part (E_ii = 0)"), dL)
 K = d.clusters(L)
 Omega = d.parameter("Omega", n, n, within=K)
 d.gauge("changes of basis inside clusters of equal eigenvalues: V_c -> V_c M, renormalized", Omega,
-        {V: V * Omega - V * d.diag(V.T * V * Omega)}, fix=(d.diag(dC), d.diag(dC)))
+        {V: V * Omega - V * d.diag(Sym(V.T * V * Omega))}, fix=(d.diag(dC), d.diag(dC)))
 # off the diagonal: E ∘ dC = -(V^-1 dA V) off the diagonal; the diagonal of dC stays an unknown
 dC_sol, F = d.solve_offdiagonal(s, dC, E, "F", diagonal=d.identity("diag(dC) is not given by A V = V L",
                                                                      d.diag(dC), d.diag(dC)), clusters=K)

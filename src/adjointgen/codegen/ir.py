@@ -31,6 +31,7 @@ OPS = {
     "pairwise_mul_sym": "F(d) ∘ sym(a), fused",
     "shifted_solve": "column i of X: w_i with P (A - d_i B) w_i = P x_i, U^T B w_i = 0 (runtime solver)",
     "sylvester_solve": "X with a X + X b = c, a and b Hermitian (runtime solver in their eigenbases)",
+    "diag_matmul": "diag(a b) as a vector, without the product: sum_k a_jk b_kj",
     "diag_sym": "the real part of the diagonal of a (diag(sym(a)) of a complex matrix), as a real vector",
     "diag_skew": "i times the imaginary part of the diagonal of a (diag(skew(a))), as a vector",
     "add_eye": "a + coeff * I",
@@ -77,6 +78,9 @@ class ResidualIR:
     #: the vectors (their cotangents are ``g`` + name) whose spectral losses are completed at
     #: clusters (:func:`adjointgen.runtime.degeneracy.complete`); empty: none
     completes: tuple[str, ...] = ()
+    #: the gauge function computing this residual alone (a backward without clusters checks the
+    #: phases with it next to the plain VJP); ``None``: only the checked VJP has it
+    rule: "RuleIR | None" = None
 
     @property
     def clustered(self) -> bool:

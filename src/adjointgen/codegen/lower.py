@@ -7,6 +7,7 @@ when ``U`` is tall.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 
@@ -542,7 +543,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             else:
                 v = b.lower(exprs[key])
             outs.append((out_names[key], v, b.kind(v)))
-        values, outs = _prune(b.values, outs)
+        values, outs = _prune(*_diagonal_products(b.values, outs))
         factor_params = tuple(Param(name, sym, kind, "factor") for sym, names in sorted(factorized.items())
                               if params.get(sym) is not None and params[sym].name in b.factors_used
                               for name, kind in zip(names, ("lu", "pivots")))
@@ -635,7 +636,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             gauge_rules.append(rule("gauge", {res_name: real[1]}, gauge_params, {res_name: out}, {res_name: real[0]},
                                     complex_only, suffix))
             real_codes[res_name], real_raws[res_name], out_real[res_name] = real[1], real[0], out
-            residuals_real.append(info)
+            residuals_real.append(dataclasses.replace(info, rule=gauge_rules[-1]) if complex_only else info)
     if complex_codes:
         # the VJP and the residuals in one function: they share U^T gU, V^T gV
         checked = rule("vjp", {**d.vjp.rewritten, **complex_codes}, vjp_params, {**vjp_out, **out_complex},
@@ -697,6 +698,35 @@ def _merged_scalar_identity(m):
             return m
         parts.append(MatMul(c, ms[0].arg) if c != 1 else ms[0].arg)
     return ScalarIdentity(MatAdd(*parts), m.shape[0])
+
+
+def _diagonal_products(values: list[Value], outs: list) -> tuple[list[Value], list]:
+    """A product read only through its diagonal (``diag(V^H gV)``: a gauge residual, a
+    normalisation) becomes ``diag_matmul``, ``O(n^2)`` instead of a matrix product: its ``diag``
+    readers become the vector itself, ``diag(sym(.))`` its real part, ``diag(skew(.))`` its
+    imaginary part."""
+    readers: dict[str, list[Value]] = {}
+    for v in values:
+        for a in v.args:
+            readers.setdefault(a, []).append(v)
+    returned = {name for _, name, _ in outs}
+    fused = {v.name for v in values if v.op == "matmul" and v.name not in returned and readers.get(v.name)
+             and all(r.op in ("diagonal", "diag_sym", "diag_skew") for r in readers[v.name])}
+    if not fused:
+        return values, outs
+    alias: dict[str, str] = {}
+    new = []
+    for v in values:
+        args = tuple(alias.get(a, a) for a in v.args)
+        if v.name in fused:
+            new.append(Value(v.name, "diag_matmul", args, "diag", v.attrs))
+        elif v.args and v.args[0] in fused and v.op == "diagonal":
+            alias[v.name] = args[0]
+        elif v.args and v.args[0] in fused and v.op in ("diag_sym", "diag_skew"):
+            new.append(Value(v.name, "real_part" if v.op == "diag_sym" else "imaginary_part", args, "diag", v.attrs))
+        else:
+            new.append(Value(v.name, v.op, args, v.kind, v.attrs))
+    return new, [(o, alias.get(name, name), kind) for o, name, kind in outs]
 
 
 def _prune(values: list[Value], outs: list) -> tuple[tuple[Value, ...], list]:

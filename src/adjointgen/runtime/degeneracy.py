@@ -126,8 +126,8 @@ _RECENT: list = []
 
 
 def _host_array(x: torch.Tensor):
-    """``x`` as a NumPy array when it is a plain real CPU tensor (not a transform's wrapper), else ``None``."""
-    if x.device.type != "cpu" or x.is_complex():
+    """``x`` as a NumPy array when it is a plain CPU tensor (not a transform's wrapper), else ``None``."""
+    if x.device.type != "cpu":
         return None
     try:
         from torch._C._functorch import is_functorch_wrapped_tensor
@@ -158,7 +158,10 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
 
         scale = np.maximum(np.abs(v).max(-1, keepdims=True), np.finfo(v.dtype).tiny)
         v = v if kind == "difference" else np.concatenate([v, -v], axis=-1)  # d_i + d_j = d_i - (-d_j)
-        answer = bool(v.shape[-1] >= 2 and (np.diff(np.sort(v, axis=-1), axis=-1) <= rtol * scale).any())
+        if np.iscomplexobj(v):
+            answer = _close_in_plane(v, rtol * scale)
+        else:
+            answer = bool(v.shape[-1] >= 2 and (np.diff(np.sort(v, axis=-1), axis=-1) <= rtol * scale).any())
     else:
         with torch.no_grad():
             scale = x.abs().amax(-1, keepdim=True)
@@ -178,6 +181,23 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
     except TypeError:  # a tensor subclass without weak references: no memory
         pass
     return answer
+
+
+def _close_in_plane(v, tol) -> bool:
+    """Whether two entries of each row of complex ``v`` are within ``tol`` (``(..., 1)``): sorted by
+    real part, a close pair is ``s`` places apart with real parts within ``tol``, so the shifts stop
+    at the first one whose real gaps all exceed it (one or two for separated values)."""
+    import numpy as np
+
+    n = v.shape[-1]
+    s = np.take_along_axis(v, np.argsort(v.real, axis=-1), axis=-1)
+    for shift in range(1, n):
+        near = (s.real[..., shift:] - s.real[..., :-shift]) <= tol
+        if not near.any():
+            return False
+        if (near & (np.abs(s[..., shift:] - s[..., :-shift]) <= tol)).any():
+            return True
+    return False
 
 
 def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
@@ -286,7 +306,8 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             reason = (f"the loss depends on the individual {what} of a cluster ({where}{named} are equal "
                       f"within the cluster tolerance), which are not differentiable there; only symmetric "
                       f"functions of a cluster (their sum, the projector onto it) are.  A matrix function written "
-                      f"as V diag(f(w)) V^T needs the divided differences of f: use adjointgen.torch.funm.  In a "
+                      f"as V diag(f(w)) V^T (V diag(f(w)) V^-1) needs the divided differences of f: use "
+                      f"adjointgen.torch.funm (matrix_exp, logm, sqrtm for a general matrix).  In a "
                       f"second derivative the loss is the first derivative, which depends on a cluster this way "
                       f"for every loss but symmetric functions of its values")
         raise DegenerateSubspaceError(

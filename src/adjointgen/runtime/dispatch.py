@@ -35,12 +35,20 @@ def _is_complex(rules: Rules, env: dict) -> bool:
     return rules.vjp_complex is not None and env[rules.data].is_complex()
 
 
-def _as_complex(env: dict) -> dict:
-    """Real floating tensors of ``env`` in the complex dtype of their precision."""
+def _as_complex(env: dict, *calls) -> dict:
+    """The real floating tensors of ``env`` that ``calls`` read, in the complex dtype of their precision."""
     import torch
 
+    read = {name for call in calls if call is not None for name in (*call.args, *call.keywords)}
     return {k: v.to(torch.promote_types(v.dtype, torch.complex64))
-            if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in env.items()}
+            if k in read and isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in env.items()}
+
+
+def _unclustered(rules: Rules, env: dict) -> bool:
+    """No values of a cluster residual form a cluster (so those residuals are zero), and no
+    broadening (under which they are not checked either way)."""
+    return all(not degeneracy.has_clusters(env[r.vector], env.get("cluster_rtol"))
+               for r in rules.residuals if r.vector is not None)
 
 
 def _independent(rules: Rules, env: dict) -> None:
@@ -56,7 +64,7 @@ def jvp(rules: Rules, env: dict) -> tuple:
     """The output tangents: the complex or the real JVP rule."""
     if rules.complex_only:
         _independent(rules, env)
-        return rules.jvp(_as_complex(env))
+        return rules.jvp(_as_complex(env, rules.jvp))
     return (rules.jvp_complex if _is_complex(rules, env) else rules.jvp)(env)
 
 
@@ -64,9 +72,17 @@ def vjp(rules: Rules, env: dict) -> tuple:
     """The input cotangents (``rules.outputs``), checked where the gauge leaves freedom."""
     if rules.complex_only:  # complex rules; the phases are always a gauge; a real input's cotangent is real
         _independent(rules, env)
-        cenv = _as_complex(env)
-        out = (_checked(rules, cenv, rules.vjp_checked, rules.residuals) if rules.vjp_checked is not None
-               and gauge.enabled() else rules.vjp(cenv))
+        cenv = _as_complex(env, rules.vjp, rules.vjp_checked, *(r.call for r in rules.residuals))
+        if rules.vjp_checked is None or not gauge.enabled():
+            out = rules.vjp(cenv)
+        elif _unclustered(rules, env) and all(r.call is not None for r in rules.residuals if r.vector is None):
+            out = rules.vjp(cenv)  # the residuals on clusters vanish: check the others alone
+            floor = _floor(rules.residuals, cenv)
+            for r in rules.residuals:
+                if r.vector is None:
+                    gauge.check(rules.op, r.call(cenv)[0], *(cenv[c] for c in r.cotangents), floor=floor)
+        else:
+            out = _checked(rules, cenv, rules.vjp_checked, rules.residuals)
         return tuple(g.real if not env.get(name[1:], g).is_complex() else g for name, g in zip(rules.outputs, out))
     if _is_complex(rules, env):
         if rules.vjp_complex_checked is not None and gauge.enabled():

@@ -44,6 +44,9 @@ class Residual:
     split: str | None = None
     what: str = "eigenvalues"
     completes: tuple[str, ...] = ()
+    #: the gauge function computing this residual alone (checked next to the plain VJP where no
+    #: cluster can make the others nonzero)
+    call: "Call | None" = None
 
 
 @dataclass(frozen=True)
