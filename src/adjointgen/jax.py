@@ -1,7 +1,8 @@
 """adjointgen's operations for JAX: ``import adjointgen.jax as agj``.
 
 ``agj.eigh(A)``, ``agj.eigh_generalized(A, B)``, ``agj.svd(A)``, ``agj.pinv(A)``,
-``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.lu(A)`` (square), ``agj.lstsq(A, B)``, ``agj.det(A)``, ``agj.matrix_exp(A)``, ``agj.logm_general(A)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.solve_triangular(A, B)`` (lower
+``agj.eig(A)``, ``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.lu(A)`` (square), ``agj.lstsq(A, B)``, ``agj.det(A)``,
+``agj.matrix_exp(A)`` (``agj.expm``), ``agj.logm_general(A)`` (``agj.logm``), ``agj.sqrtm(A)``, ``agj.powm(A, p)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.solve_triangular(A, B)`` (lower
 triangular ``A``), ``agj.slogdet(A)``: each is
 ``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode is JAX's
 transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``,
@@ -43,7 +44,36 @@ def _functions():
 
 _FUNCTIONS = _functions()
 globals().update(_FUNCTIONS)
-__all__ = sorted([*_FUNCTIONS, "errors_in_jit"])
+
+
+def expm(A):
+    """``exp(A)`` of a square ``A``, as ``jax.scipy.linalg.expm``: :func:`matrix_exp`, whose Fréchet
+    derivative is derived in ``derivations/matrix_exp.py`` (no gauge, so exact at repeated
+    eigenvalues too; every order)."""
+    return matrix_exp(A)  # noqa: F821 - generated, in globals()
+
+
+def logm(A):
+    """The principal logarithm of a square ``A`` (no eigenvalue on the closed negative real axis,
+    else ``ValueError`` naming it): :func:`logm_general`, derived in ``derivations/logm_general.py``
+    (``exp(X) = A``, the exponential's Fréchet map inverted).  The forward is SciPy's on the host
+    (``jax.pure_callback`` under ``jit``)."""
+    return logm_general(A)  # noqa: F821
+
+
+def sqrtm(A):
+    """The principal square root of a square ``A``, as ``jax.scipy.linalg.sqrtm``:
+    :func:`sqrtm_general`, derived in ``derivations/sqrtm_general.py`` (``X dX + dX X = dA``)."""
+    return sqrtm_general(A)  # noqa: F821
+
+
+def powm(A, p):
+    """``A^p = exp(p log A)`` (principal branch) for real ``p``: :func:`expm` of ``p`` :func:`logm`,
+    each with its derived rule, so every derivative is the chain rule of two derived ones."""
+    return expm(p * logm(A))
+
+
+__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm"])
 del _FUNCTIONS
 
 
