@@ -352,3 +352,55 @@ def test_matrix_function_aliases_match_scipy_and_check_grads():
     fd = (np.sum(scipy.linalg.logm(B + h * E).real * np.asarray(W)) - np.sum(scipy.linalg.logm(B - h * E).real * np.asarray(W))) / (2 * h)
     assert abs(float(jnp.sum(g * E)) - fd) < 1e-6 * max(1.0, abs(fd))
 
+
+
+def test_eigsh_values_gradients_and_transforms():
+    rng = np.random.default_rng(5)
+    for complex_ in (False, True):
+        M = rng.standard_normal((7, 7)) + (1j * rng.standard_normal((7, 7)) if complex_ else 0)
+        A = jnp.asarray((M + np.conj(M.T)) / 2)
+        W, U = jnp.linalg.eigh(A)
+        for largest in (True, False):
+            w, V = agj.eigsh(A, 3, largest=largest)
+            order = np.argsort(-np.asarray(W))[:3] if largest else np.argsort(np.asarray(W))[:3]
+            np.testing.assert_allclose(w, np.asarray(W)[order], rtol=0, atol=1e-12)
+            np.testing.assert_allclose(np.abs(np.sum(np.conj(np.asarray(U)[:, order]) * np.asarray(V), axis=0)), 1, atol=1e-10)
+
+            def f(A):
+                w, V = agj.eigsh(A, 3, largest=largest)
+                return jnp.sum(w ** 2) + jnp.sum(jnp.abs(V) ** 4)
+
+            def f_full(A):
+                W, U = jnp.linalg.eigh(A)
+                return jnp.sum(W[order] ** 2) + jnp.sum(jnp.abs(U[:, order]) ** 4)
+
+            np.testing.assert_allclose(jax.grad(f)(A), jax.grad(f_full)(A), rtol=1e-10, atol=1e-10)
+            check_grads(f, (A,), order=2, modes=("fwd", "rev"))
+            np.testing.assert_allclose(jax.jit(jax.grad(f))(A), jax.grad(f)(A), rtol=1e-12, atol=1e-12)
+    B = jnp.stack([A, A + 2 * jnp.eye(7)])
+    np.testing.assert_allclose(jax.vmap(lambda A: agj.eigsh(A, 2)[0])(B)[1], agj.eigsh(B[1], 2)[0], rtol=1e-12)
+    with pytest.raises(ValueError, match="k must be"):
+        agj.eigsh(A, 8)
+
+
+def test_eigsh_clusters_and_cuts():
+    rng = np.random.default_rng(6)
+    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    A = jnp.asarray(Q @ np.diag([0.5, 1.0, 2.0, 3.0, 3.0, 4.0]) @ Q.T)  # 3 twice, kept whole by k = 3
+    W = jnp.asarray(rng.standard_normal((6, 6)))
+
+    def projector_loss(A):  # the span of the pair: invariant
+        V = agj.eigsh(A, 3)[1][:, 1:]
+        return jnp.sum(V @ V.T * W)
+
+    E = rng.standard_normal((6, 6))
+    E = jnp.asarray(E + E.T)
+    h = 1e-6
+    fd = (projector_loss(A + h * E) - projector_loss(A - h * E)) / (2 * h)
+    assert abs(float(jnp.sum(jax.grad(projector_loss)(A) * E)) - float(fd)) < 1e-6
+    with pytest.raises(DegenerateSubspaceError):  # a vector of the pair: basis-dependent
+        jax.grad(lambda A: jnp.sum(agj.eigsh(A, 3)[1][:, 1] ** 3))(A)
+    assert bool(jnp.isnan(jax.jit(jax.grad(lambda A: jnp.sum(agj.eigsh(A, 3)[1][:, 1] ** 3)))(A)).all())
+    with pytest.raises(DegenerateSubspaceError, match="cuts"):  # k = 2 keeps one of the pair
+        jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2)[0]))(A)
+    assert bool(jnp.isnan(jax.jit(jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2)[0])))(A)).all())

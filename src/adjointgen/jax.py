@@ -73,7 +73,9 @@ def powm(A, p):
     return expm(p * logm(A))
 
 
-__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm"])
+from .composite.jax_eigsh import eigsh  # noqa: E402  (the forward is not generated: LAPACK's subset solver)
+
+__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh"])
 del _FUNCTIONS
 
 

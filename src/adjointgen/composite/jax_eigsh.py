@@ -1,0 +1,138 @@
+"""``agj.eigsh``: the ``k`` extreme eigenpairs of a dense Hermitian matrix in JAX, differentiated by
+the partial rules derived in ``derivations/eigsh.py`` (generated into ``adjointgen.generated.jax.eigsh``).
+
+The forward is LAPACK's subset solver (``scipy.linalg.eigh(subset_by_index=...)``, the route torch's
+``agt.eigsh`` falls back to) on the host, through ``jax.pure_callback`` under ``jit``: it computes the
+``k`` wanted pairs and one more eigenvalue, which tells whether ``k`` cuts a cluster of equal
+eigenvalues.  The derivative is ``jax.custom_jvp`` with the derived JVP -- the part of ``dV``
+outside the kept eigenspace from projected shifted solves -- and reverse mode is its transposition,
+with the same gauge checks as the generated operations (:func:`adjointgen.runtime.jax.jvp`).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy
+
+from ..generated.jax import eigsh as _g
+from ..runtime import jax as _rt
+from ..runtime.gauge import DegenerateSubspaceError
+from ..runtime.rules import Call, Residual, Rules
+
+_ARGS, _OPTS = ("A", "w", "V"), ("cluster_rtol", "broadening")
+RULES = Rules(
+    op="eigsh",
+    outputs=("gA",),
+    vjp=Call(_g.eigsh_vjp, (*_ARGS, "gw", "gV"), _OPTS),
+    jvp=Call(_g.eigsh_jvp, (*_ARGS, "dA"), _OPTS),
+    data="A",
+    vjp_checked=Call(_g.eigsh_vjp_checked, (*_ARGS, "gw", "gV"), _OPTS),
+    residuals=(Residual("residual_clusters", ("gV",), "w", "gw", "eigenvalues", ()),),
+    vjp_complex=Call(_g.eigsh_vjp_complex, (*_ARGS, "gw", "gV"), _OPTS),
+    jvp_complex=Call(_g.eigsh_jvp_complex, (*_ARGS, "dA"), _OPTS),
+    vjp_complex_checked=Call(_g.eigsh_vjp_complex_checked, (*_ARGS, "gw", "gV"), _OPTS),
+    residuals_complex=(Residual("residual", ("gV",)), Residual("residual_clusters", ("gV",), "w", "gw", "eigenvalues", ())),
+    broadening=True,
+)
+
+
+def _host(A, k: int, largest: bool):
+    """``(w, V, next)`` for each matrix of the batch: the ``k`` largest eigenvalues descending (or
+    smallest ascending), their eigenvectors, and the next eigenvalue beyond them (``nan`` if none)."""
+    import scipy.linalg
+
+    A = numpy.asarray(A)
+    n = A.shape[-1]
+    flat = A.reshape(-1, n, n)
+    real = numpy.empty((), A.dtype).real.dtype
+    w = numpy.empty((flat.shape[0], k), real)
+    V = numpy.empty((flat.shape[0], n, k), A.dtype)
+    nxt = numpy.full((flat.shape[0],), numpy.nan, real)
+    m = min(k + 1, n)
+    for b, a in enumerate(flat):
+        lo, hi = (n - m, n - 1) if largest else (0, m - 1)
+        vals, vecs = scipy.linalg.eigh(a, subset_by_index=[lo, hi]) if n else (numpy.zeros(0), numpy.zeros((0, 0)))
+        if largest:
+            vals, vecs = vals[::-1], vecs[:, ::-1]
+        w[b], V[b] = vals[:k], vecs[:, :k]
+        if m > k:
+            nxt[b] = vals[k]
+    shape = A.shape[:-2]
+    return w.reshape(*shape, k), V.reshape(*shape, n, k), nxt.reshape(shape)
+
+
+def _forward(A, k, largest):
+    n = A.shape[-1]
+    real = jnp.finfo(A.dtype).dtype
+    shapes = (jax.ShapeDtypeStruct((*A.shape[:-2], k), real), jax.ShapeDtypeStruct((*A.shape[:-2], n, k), A.dtype),
+              jax.ShapeDtypeStruct(A.shape[:-2], real))
+    if _rt.is_concrete(A):
+        return tuple(jnp.asarray(x) for x in _host(A, k, largest))
+    return jax.pure_callback(functools.partial(_host, k=k, largest=largest), shapes, A, vmap_method="expand_dims")
+
+
+def _cut(w, nxt, rtol):
+    """Per batch element, whether ``k`` cuts a cluster: the last kept and the first discarded
+    eigenvalue equal within ``rtol`` times the largest ``|w|``."""
+    rtol = float(numpy.sqrt(numpy.finfo(w.dtype).eps)) if rtol is None else float(rtol)  # as the cluster checks
+    scale = jnp.maximum(jnp.max(jnp.abs(w), axis=-1), jnp.abs(nxt)) if w.shape[-1] else jnp.abs(nxt)
+    return jnp.abs(w[..., -1] - nxt) <= rtol * scale if w.shape[-1] else jnp.zeros(nxt.shape, bool)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
+def _eigsh(A, k, largest, cluster_rtol, broadening):
+    return _forward(A, k, largest)
+
+
+@_eigsh.defjvp
+def _eigsh_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
+    A, = primals
+    dA, = tangents
+    w, V, nxt = outputs = _eigsh(A, k, largest, cluster_rtol, broadening)
+    cut = _cut(w, nxt, cluster_rtol)
+    if _rt.is_concrete(cut) and bool(jnp.any(cut)):
+        raise DegenerateSubspaceError(
+            f"eigsh: k = {k} cuts through a degenerate eigenvalue (the last kept one equals the first discarded "
+            f"one within the cluster tolerance), so which vectors of that cluster are the {k} "
+            f"{'largest' if largest else 'smallest'} is arbitrary and no derivative of the pairs exists (JAX's "
+            "custom_jvp cannot see which pairs the loss uses): change k so the cluster is kept whole or left out")
+    env = dict(A=A, w=w, V=V, dA=dA, cluster_rtol=cluster_rtol, broadening=broadening)
+    dw, dV = _rt.jvp(RULES, env, ("gw", "gV"))
+    factor = jnp.where(cut, jnp.nan, 1.0)  # traced values: NaN in the batch elements k cuts (linear: a factor)
+    dw = dw * factor[..., None].astype(dw.dtype)
+    dV = dV * factor[..., None, None].astype(dV.dtype)
+    return outputs, (dw, dV, jnp.zeros_like(nxt))
+
+
+def eigsh(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None):
+    """The ``k`` largest (or smallest) eigenpairs of Hermitian ``A``, as :func:`adjointgen.torch.eigsh`
+    for dense ``A``.
+
+    Args:
+        A: symmetric (Hermitian) ``(..., n, n)``, float32/float64 or complex64/complex128; its Hermitian
+            part is used, as ``jax.numpy.linalg.eigh`` does.
+        k: ``1 <= k <= n``.
+        largest: the ``k`` largest eigenvalues, descending; else the smallest, ascending.
+        cluster_rtol, broadening: as :func:`adjointgen.jax.eigh`.
+
+    Returns:
+        ``(w, V)``: ``(..., k)`` and ``(..., n, k)``.
+
+    The forward runs LAPACK's subset solver on the host (``jax.pure_callback`` under ``jit``; on a GPU
+    the matrix makes a round trip); the derivatives are the derived partial rules, in ``jit``,
+    ``vmap``, ``grad``, ``jvp``, ``jacfwd``, ``jacrev``, ``hessian``.  A loss that depends on the basis
+    inside a kept cluster raises ``DegenerateSubspaceError`` (NaN under ``jit``), as in :func:`eigh`;
+    where ``k`` cuts a cluster every derivative raises (NaN under ``jit``).
+
+    Raises:
+        TypeError: not a floating or complex array.
+        ValueError: wrong shape, NaN/Inf, ``k`` out of range.
+    """
+    A, = _rt.inputs("eigsh", (("A", A),), square=(True,), complex_ok=True)
+    n = A.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, (int, numpy.integer)) or not 1 <= int(k) <= n:
+        raise ValueError(f"eigsh: k must be an integer with 1 <= k <= n = {n}, got {k!r}")
+    w, V, _ = _eigsh(_rt.symmetrized(A), int(k), bool(largest), cluster_rtol, broadening)
+    return w, V
