@@ -404,3 +404,37 @@ def test_eigsh_clusters_and_cuts():
     with pytest.raises(DegenerateSubspaceError, match="cuts"):  # k = 2 keeps one of the pair
         jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2)[0]))(A)
     assert bool(jnp.isnan(jax.jit(jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2)[0])))(A)).all())
+
+
+def test_svds_values_gradients_and_cuts():
+    rng = np.random.default_rng(7)
+    W = jnp.asarray(rng.standard_normal((8, 5)))
+    for A in (jnp.asarray(rng.standard_normal((8, 5))), jnp.asarray(rng.standard_normal((5, 8))).T):
+        for largest in (True, False):
+            U, S, Vh = agj.svds(A, 2, largest=largest)
+            u, s, vh = jnp.linalg.svd(A, full_matrices=False)
+            idx = np.arange(2) if largest else np.arange(5)[::-1][:2]
+            np.testing.assert_allclose(S, s[idx], rtol=0, atol=1e-12)
+
+            def f(A):
+                U, S, Vh = agj.svds(A, 2, largest=largest)
+                return jnp.sum(S ** 2) + jnp.sum((U * S) @ Vh * W)
+
+            def f_full(A):
+                u, s, vh = jnp.linalg.svd(A, full_matrices=False)
+                return jnp.sum(s[idx] ** 2) + jnp.sum((u[:, idx] * s[idx]) @ vh[idx] * W)
+
+            np.testing.assert_allclose(jax.grad(f)(A), jax.grad(f_full)(A), rtol=1e-10, atol=1e-10)
+            check_grads(f, (A,), order=2, modes=("fwd", "rev"))
+    np.testing.assert_allclose(jax.vmap(lambda A: agj.svds(A, 2)[1])(jnp.stack([A, 2 * A]))[1], 2 * agj.svds(A, 2)[1],
+                               rtol=1e-12)
+    Q1, _ = np.linalg.qr(rng.standard_normal((6, 4)))
+    Q2, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    B = jnp.asarray(Q1 @ np.diag([4.0, 3.0, 3.0, 1.0]) @ Q2.T)  # 3 twice: k = 2 cuts it
+    with pytest.raises(DegenerateSubspaceError, match="cuts"):
+        jax.grad(lambda B: jnp.sum(agj.svds(B, 2)[1]))(B)
+    assert bool(jnp.isnan(jax.jit(jax.grad(lambda B: jnp.sum(agj.svds(B, 2)[1])))(B)).all())
+    g = jax.grad(lambda B: jnp.sum(agj.svds(B, 3)[1]))(B)  # kept whole: the sum is differentiable
+    np.testing.assert_allclose(g, Q1[:, :3] @ Q2[:, :3].T, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="k must be"):
+        agj.svds(B, 5)

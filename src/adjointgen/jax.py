@@ -73,9 +73,10 @@ def powm(A, p):
     return expm(p * logm(A))
 
 
-from .composite.jax_eigsh import eigsh  # noqa: E402  (the forward is not generated: LAPACK's subset solver)
+from .composite.jax_eigsh import eigsh  # noqa: E402  (the forwards are not generated: LAPACK on the host)
+from .composite.jax_svds import svds  # noqa: E402
 
-__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh"])
+__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds"])
 del _FUNCTIONS
 
 
