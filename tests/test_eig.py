@@ -1,4 +1,5 @@
-"""agt.eig / agt.eigvals (derivations/eig.py): values exactly torch.linalg.eig's, gradients
+"""agt.eig / agt.eigvals (derivations/eig.py): values exactly torch.linalg.eig's (but a generic
+basis at exactly repeated eigenvalues), gradients
 against torch's and finite differences, every transform, the phase and cluster gauges, defective
 matrices, bad input; the same rules in JAX and NumPy."""
 import numpy as np
@@ -165,6 +166,22 @@ def test_basis_dependent_losses_at_a_cluster_raise(dtype):
         torch.autograd.grad((agt.eig(A)[1].abs() ** 4)[:, i].sum(), A)
     with pytest.raises(adjointgen.DegenerateSubspaceError, match="individual"):
         torch.autograd.grad(agt.eigvals(A)[i].real, A)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_exactly_degenerate_lapack_basis_does_not_hide_basis_dependence(dtype):
+    """The zero matrix and multiples of I: LAPACK's eigenvectors are I, at which the first-order
+    residual of |V|^4 or |V[0, 0]| vanishes; the forward's generic basis makes them raise."""
+    for A in (torch.zeros(3, 3, dtype=dtype), 2 * torch.eye(3, dtype=dtype)):
+        A = A.requires_grad_()
+        w, V = agt.eig(A)
+        torch.testing.assert_close(torch.linalg.vector_norm(V, dim=-2), torch.ones(3, dtype=torch.float64))
+        torch.testing.assert_close(A.detach().to(V.dtype) @ V, V * w)
+        g, = torch.autograd.grad(agt.eig(A)[0].sum().real, A)
+        torch.testing.assert_close(g, torch.eye(3, dtype=dtype), rtol=0, atol=1e-12)
+        for loss in (lambda V: V.abs().pow(4).sum(), lambda V: V[0, 0].abs()):
+            with pytest.raises(adjointgen.DegenerateSubspaceError):
+                torch.autograd.grad(loss(agt.eig(A)[1]), A)
 
 
 def test_defective_matrix_raises_in_reverse_and_forward_mode():

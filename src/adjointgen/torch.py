@@ -344,7 +344,9 @@ def eig(A: torch.Tensor, *, cluster_rtol: float | None = None, broadening: float
 
     Returns:
         ``(w, V)``: complex eigenvalues ``(..., n)`` and unit-norm eigenvectors ``(..., n, n)``,
-        exactly those of :func:`torch.linalg.eig` (LAPACK ``geev``: the same order, the same phases).
+        exactly those of :func:`torch.linalg.eig` (LAPACK ``geev``: the same order, the same phases),
+        except at eigenvalues equal to rounding: there the eigenvectors are a generic basis of the
+        eigenspace (LAPACK's has exact zeros, at which a basis-dependent loss would pass the check).
 
     The rules are derived in ``derivations/eig.py`` from ``A V = V diag(w)`` and the unit columns:
     ``dw = diag(V^-1 dA V)``, ``dV = V (F ∘ (V^-1 dA V) - diag(Re(V^H V (F ∘ (V^-1 dA V)))))``,

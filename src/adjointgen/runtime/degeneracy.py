@@ -435,6 +435,24 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
     out = []
     for row in flat:
         scale = float(row.abs().max().clamp_min(torch.finfo(real).tiny))
+        if row.is_complex():  # points of the plane: the connected groups of close pairs
+            close = ((row[:, None] - row[None, :]).abs() <= rtol * scale).tolist()
+            seen, clusters = set(), []
+            for i in range(len(close)):
+                if i in seen:
+                    continue
+                group, todo = {i}, [i]
+                while todo:
+                    j = todo.pop()
+                    for m, near in enumerate(close[j]):
+                        if near and m not in group:
+                            group.add(m)
+                            todo.append(m)
+                seen |= group
+                if len(group) > 1:
+                    clusters.append(sorted(group))
+            out.append(clusters)
+            continue
         order = torch.argsort(row).tolist()
         clusters, current = [], [order[0]]
         for a, b in zip(order, order[1:]):
@@ -450,7 +468,7 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
     return out if any(out) else None
 
 
-def generic_basis(d: torch.Tensor, *vectors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = False) -> tuple[torch.Tensor, ...]:
     """``vectors`` (each ``(..., m, n)``, columns paired with the values ``d`` ``(..., n)``) with the
     columns of every cluster of values equal to rounding rotated by one fixed generic orthogonal
     (unitary) matrix -- the same for every array, so ``U S V^H`` and ``V^H B V = I`` are kept.
@@ -459,7 +477,8 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor) -> tuple[torch.Tensor
     (the identity's eigenvectors are ``I``): at such a basis the first-order test of whether a loss
     depends on the basis can vanish by accident (``V[1, 0]``, ``Vh[1, 0]``).  At a generic basis it
     cannot, so the backward's checks do not depend on the basis LAPACK happened to pick.  Values
-    only near-equal (apart by more than rounding) keep their eigenvectors."""
+    only near-equal (apart by more than rounding) keep their eigenvectors.  ``normalize``: the
+    rotated columns are scaled to unit norm again (eigenvectors that are not orthonormal, ``eig``)."""
     from .checks import is_traced
 
     if not vectors or any(is_traced(v) for v in (d, *vectors)):
@@ -476,7 +495,8 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor) -> tuple[torch.Tensor
             for c in clusters[b % len(clusters)] if len(clusters) == flat_batch else clusters[0]:
                 idx = torch.tensor(c, device=V.device)
                 R = _generic_rotation(len(c), V.dtype, V.device)
-                W[b][:, idx] = W[b][:, idx] @ R
+                Wc = W[b][:, idx] @ R
+                W[b][:, idx] = Wc / torch.linalg.vector_norm(Wc, dim=-2, keepdim=True) if normalize else Wc
         out.append(W.reshape(*batch, *V.shape[-2:]) if V.dim() > 2 else W[0])
     return tuple(out)
 

@@ -165,8 +165,15 @@ def sqrtm_general(A):
 
 def eig(A):
     """Eigenvalues and unit-norm eigenvectors of general square ``A`` (complex, batched), as
-    ``torch.linalg.eig`` (LAPACK's ``geev``; MAGMA's on the host for CUDA tensors, as torch does)."""
-    return torch.linalg.eig(A)
+    ``torch.linalg.eig`` (LAPACK's ``geev``), with the eigenvectors of eigenvalues equal to rounding
+    rotated to a generic basis of their eigenspace and renormalized
+    (:func:`adjointgen.runtime.degeneracy.generic_basis`): LAPACK's basis there has exact zeros (the
+    identity's eigenvectors are ``I``), at which the first-order test of basis dependence vanishes."""
+    from .degeneracy import generic_basis
+
+    w, V = torch.linalg.eig(A)
+    (V,) = generic_basis(w, V, normalize=True)
+    return w, V
 
 
 def matrix_exp(A):
