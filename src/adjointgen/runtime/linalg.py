@@ -171,13 +171,12 @@ def adjugate(A):
         return torch.ones_like(A)
     from .checks import physical
 
-    plain = physical(A)
+    LU, pivots, _ = torch.linalg.lu_factor_ex(A)  # one factorization: its pivots decide, and it is used
+    plain = physical(LU.detach())
     if plain is not None:
-        with torch.no_grad():
-            magnitude = torch.linalg.lu_factor_ex(plain[0])[0].diagonal(dim1=-2, dim2=-1).abs()
+        magnitude = plain[0].diagonal(dim1=-2, dim2=-1).abs()
         eps = torch.finfo(magnitude.dtype).eps
         if not magnitude.numel() or bool((magnitude.amin(-1) > magnitude.amax(-1) * eps ** 0.5).all()):
-            LU, pivots, _ = torch.linalg.lu_factor_ex(A)
             swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
             parity = 1 - 2 * (swaps % 2).to(A.dtype)
             det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
