@@ -438,3 +438,19 @@ def test_svds_values_gradients_and_cuts():
     np.testing.assert_allclose(g, Q1[:, :3] @ Q2[:, :3].T, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="k must be"):
         agj.svds(B, 5)
+
+
+@pytest.mark.parametrize("A", [np.zeros((3, 3)), 2 * np.eye(3), np.eye(3, dtype=complex)], ids=["zero", "2I", "I complex"])
+def test_lapack_basis_of_exact_clusters_does_not_hide_basis_dependence(A):
+    """LAPACK's eigenvectors (singular vectors) of the zero matrix and of multiples of I are I, at which
+    the first-order test of these losses vanishes; the forwards return a generic basis instead."""
+    A = jnp.asarray(A)
+    losses = {"eigh": lambda A: jnp.abs(agj.eigh(A)[1][0, 0]) ** 2, "eig": lambda A: jnp.abs(agj.eig(A)[1][0, 0]),
+              "svd": lambda A: jnp.abs(agj.svd(A)[0][0, 0])}
+    for name, loss in losses.items():
+        with pytest.raises(DegenerateSubspaceError):
+            jax.grad(loss)(A)
+    np.testing.assert_allclose(jax.grad(lambda A: jnp.sum(agj.eigh(A)[0]).real)(A), np.eye(3), atol=1e-12)
+    w, V = agj.eigh(A)
+    np.testing.assert_allclose(A @ V, V * w, atol=1e-12)
+    np.testing.assert_allclose(jnp.conj(V.T) @ V, np.eye(3), atol=1e-12)

@@ -134,9 +134,52 @@ def sqrtm_general(A):
     return X if jnp.iscomplexobj(A) else jnp.real(X).astype(A.dtype)
 
 
+def generic_basis(d, *vectors, normalize: bool = False):
+    """``vectors`` (columns paired with the values ``d``) with the columns of every cluster of values
+    equal to rounding (``16 n eps max|d|``) rotated by one generic orthogonal (unitary) matrix, the
+    same for every array (so ``U S V^H`` and ``V^H B V = I`` are kept); ``normalize``: the columns
+    scaled to unit norm again (``eig``'s).  LAPACK's basis of an exactly degenerate eigenspace has
+    exact zeros, at which the first-order test of a basis-dependent loss vanishes by accident (the
+    torch side's :func:`adjointgen.runtime.degeneracy.generic_basis`).  Jittable: the rotation is
+    ``expm(K ∘ Ω)`` for the rounding-cluster indicator ``K`` and a fixed generic anti-Hermitian ``Ω``,
+    taken only where a cluster exists (``lax.cond``)."""
+    n = d.shape[-1]
+    if n < 2 or not vectors:
+        return vectors
+    dtype = vectors[0].dtype
+    real = jnp.finfo(dtype).dtype
+    eps = float(jnp.finfo(real).eps)
+    scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
+    K = (jnp.abs(d[..., :, None] - d[..., None, :]) <= 16 * n * eps * scale) & ~jnp.eye(n, dtype=bool)
+    rng = numpy.random.default_rng(0x5EED + n)
+    M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
+    Omega = jnp.asarray((M - numpy.conj(M.T)) / 2, dtype=dtype)
+
+    def rotate(args):
+        K, vs = args
+        R = jax.scipy.linalg.expm(jnp.where(K, Omega, 0).astype(dtype))
+        out = [v @ R for v in vs]
+        if normalize:
+            out = [v / jnp.linalg.norm(v, axis=-2, keepdims=True) for v in out]
+        return tuple(out)
+
+    return jax.lax.cond(jnp.any(K), rotate, lambda args: tuple(args[1]), (K, tuple(vectors)))
+
+
+def eigh(A):
+    """``(w, V)`` as ``jax.numpy.linalg.eigh``, the eigenvectors of eigenvalues equal to rounding in
+    a generic basis of their eigenspace (:func:`generic_basis`)."""
+    w, V = jnp.linalg.eigh(A)
+    (V,) = generic_basis(w, V)
+    return w, V
+
+
 def svd(A):
-    """Thin SVD ``(U, S, Vh)``."""
-    return tuple(jnp.linalg.svd(A, full_matrices=False))
+    """Thin SVD ``(U, S, Vh)``, the singular vectors of singular values equal to rounding in a
+    generic basis (:func:`generic_basis`, the same rotation on both sides)."""
+    U, S, Vh = jnp.linalg.svd(A, full_matrices=False)
+    U, V = generic_basis(S, U, adjoint(Vh))
+    return U, S, adjoint(V)
 
 
 def solve_lower(A, B):
@@ -154,6 +197,7 @@ def eigh_generalized(A, B):
     LinvH = jnp.conj(jnp.swapaxes(Linv, -1, -2))
     C = Linv @ A @ LinvH
     w, Y = jnp.linalg.eigh(0.5 * (C + jnp.conj(jnp.swapaxes(C, -1, -2))))
+    (Y,) = generic_basis(w, Y)  # a generic basis of exactly degenerate eigenspaces
     return w, LinvH @ Y
 
 
@@ -201,8 +245,11 @@ def adjugate(xp, A):
 
 def eig(A):
     """``(w, V)``: eigenvalues and unit-norm eigenvectors of general square ``A``, complex, as
-    ``jax.numpy.linalg.eig`` (LAPACK ``geev``; JAX runs it on the host for accelerator arrays)."""
-    return jnp.linalg.eig(A)
+    ``jax.numpy.linalg.eig`` (LAPACK ``geev``; JAX runs it on the host for accelerator arrays), the
+    eigenvectors of eigenvalues equal to rounding in a generic basis, renormalized (:func:`generic_basis`)."""
+    w, V = jnp.linalg.eig(A)
+    (V,) = generic_basis(w, V, normalize=True)
+    return w, V
 
 
 def matrix_exp(A):

@@ -276,6 +276,13 @@ def shifted_solve(xp, A, B, U, w, X):
 
 
 # ---------------------------------------------------------------- forward computations (NumPy/CuPy)
+def eigh(A):
+    """``(w, V)`` of Hermitian NumPy or CuPy arrays (batched), LAPACK's (the JAX backend's
+    counterpart, :func:`adjointgen.runtime.jax.eigh`, rotates exactly degenerate eigenspaces to a
+    generic basis)."""
+    return array_module(A).linalg.eigh(A)
+
+
 def svd(A):
     """Thin SVD ``(U, S, Vh)`` of NumPy or CuPy arrays."""
     return array_module(A).linalg.svd(A, full_matrices=False)
