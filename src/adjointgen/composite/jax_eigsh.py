@@ -18,8 +18,8 @@ import numpy
 
 from ..generated.jax import eigsh as _g
 from ..runtime import jax as _rt
-from ..runtime.gauge import DegenerateSubspaceError
 from ..runtime.rules import Call, Residual, Rules
+from ._jax_partial import check_k, cut, on_host, through_cut
 
 _ARGS, _OPTS = ("A", "w", "V"), ("cluster_rtol", "broadening")
 RULES = Rules(
@@ -68,17 +68,7 @@ def _forward(A, k, largest):
     real = jnp.finfo(A.dtype).dtype
     shapes = (jax.ShapeDtypeStruct((*A.shape[:-2], k), real), jax.ShapeDtypeStruct((*A.shape[:-2], n, k), A.dtype),
               jax.ShapeDtypeStruct(A.shape[:-2], real))
-    if _rt.is_concrete(A):
-        return tuple(jnp.asarray(x) for x in _host(A, k, largest))
-    return jax.pure_callback(functools.partial(_host, k=k, largest=largest), shapes, A, vmap_method="expand_dims")
-
-
-def _cut(w, nxt, rtol):
-    """Per batch element, whether ``k`` cuts a cluster: the last kept and the first discarded
-    eigenvalue equal within ``rtol`` times the largest ``|w|``."""
-    rtol = float(numpy.sqrt(numpy.finfo(w.dtype).eps)) if rtol is None else float(rtol)  # as the cluster checks
-    scale = jnp.maximum(jnp.max(jnp.abs(w), axis=-1), jnp.abs(nxt)) if w.shape[-1] else jnp.abs(nxt)
-    return jnp.abs(w[..., -1] - nxt) <= rtol * scale if w.shape[-1] else jnp.zeros(nxt.shape, bool)
+    return on_host(_host, shapes, A, k=k, largest=largest)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
@@ -91,18 +81,9 @@ def _eigsh_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
     A, = primals
     dA, = tangents
     w, V, nxt = outputs = _eigsh(A, k, largest, cluster_rtol, broadening)
-    cut = _cut(w, nxt, cluster_rtol)
-    if _rt.is_concrete(cut) and bool(jnp.any(cut)):
-        raise DegenerateSubspaceError(
-            f"eigsh: k = {k} cuts through a degenerate eigenvalue (the last kept one equals the first discarded "
-            f"one within the cluster tolerance), so which vectors of that cluster are the {k} "
-            f"{'largest' if largest else 'smallest'} is arbitrary and no derivative of the pairs exists (JAX's "
-            "custom_jvp cannot see which pairs the loss uses): change k so the cluster is kept whole or left out")
     env = dict(A=A, w=w, V=V, dA=dA, cluster_rtol=cluster_rtol, broadening=broadening)
-    dw, dV = _rt.jvp(RULES, env, ("gw", "gV"))
-    factor = jnp.where(cut, jnp.nan, 1.0)  # traced values: NaN in the batch elements k cuts (linear: a factor)
-    dw = dw * factor[..., None].astype(dw.dtype)
-    dV = dV * factor[..., None, None].astype(dV.dtype)
+    dw, dV = through_cut("eigsh", k, largest, "eigenvalue", cut(w, nxt, cluster_rtol),
+                         _rt.jvp(RULES, env, ("gw", "gV")))
     return outputs, (dw, dV, jnp.zeros_like(nxt))
 
 
@@ -131,8 +112,6 @@ def eigsh(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None
         ValueError: wrong shape, NaN/Inf, ``k`` out of range.
     """
     A, = _rt.inputs("eigsh", (("A", A),), square=(True,), complex_ok=True)
-    n = A.shape[-1]
-    if isinstance(k, bool) or not isinstance(k, (int, numpy.integer)) or not 1 <= int(k) <= n:
-        raise ValueError(f"eigsh: k must be an integer with 1 <= k <= n = {n}, got {k!r}")
-    w, V, _ = _eigsh(_rt.symmetrized(A), int(k), bool(largest), cluster_rtol, broadening)
+    k = check_k("eigsh", k, A.shape[-1], "n")
+    w, V, _ = _eigsh(_rt.symmetrized(A), k, bool(largest), cluster_rtol, broadening)
     return w, V

@@ -17,8 +17,8 @@ import numpy
 
 from ..generated.jax import svds as _g
 from ..runtime import jax as _rt
-from ..runtime.gauge import DegenerateSubspaceError
 from ..runtime.rules import Call, Residual, Rules
+from ._jax_partial import check_k, cut, on_host, through_cut
 
 _ARGS, _OPTS = ("A", "U", "S", "V"), ("cluster_rtol", "broadening")
 RULES = Rules(
@@ -61,15 +61,7 @@ def _forward(A, k, largest):
     b = A.shape[:-2]
     shapes = (jax.ShapeDtypeStruct((*b, m, k), A.dtype), jax.ShapeDtypeStruct((*b, k), A.dtype),
               jax.ShapeDtypeStruct((*b, n, k), A.dtype), jax.ShapeDtypeStruct(b, A.dtype))
-    if _rt.is_concrete(A):
-        return tuple(jnp.asarray(x) for x in _host(A, k, largest))
-    return jax.pure_callback(functools.partial(_host, k=k, largest=largest), shapes, A, vmap_method="expand_dims")
-
-
-def _cut(S, nxt, rtol):
-    rtol = float(numpy.sqrt(numpy.finfo(S.dtype).eps)) if rtol is None else float(rtol)
-    scale = jnp.maximum(jnp.max(jnp.abs(S), axis=-1), jnp.abs(nxt))
-    return jnp.abs(S[..., -1] - nxt) <= rtol * scale
+    return on_host(_host, shapes, A, k=k, largest=largest)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
@@ -82,18 +74,10 @@ def _svds_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
     A, = primals
     dA, = tangents
     U, S, V, nxt = outputs = _svds(A, k, largest, cluster_rtol, broadening)
-    cut = _cut(S, nxt, cluster_rtol)
-    if _rt.is_concrete(cut) and bool(jnp.any(cut)):
-        raise DegenerateSubspaceError(
-            f"svds: k = {k} cuts through a degenerate singular value (the last kept one equals the first "
-            f"discarded one within the cluster tolerance), so which vectors of that cluster are the {k} "
-            f"{'largest' if largest else 'smallest'} is arbitrary and no derivative of the triplets exists (JAX's "
-            "custom_jvp cannot see which triplets the loss uses): change k so the cluster is kept whole or left out")
     env = dict(A=A, U=U, S=S, V=V, dA=dA, cluster_rtol=cluster_rtol, broadening=broadening)
-    dU, dS, dV = _rt.jvp(RULES, env, ("gU", "gS", "gV"))
-    factor = jnp.where(cut, jnp.nan, 1.0).astype(A.dtype)  # traced values: NaN where k cuts (linear)
-    return outputs, (dU * factor[..., None, None], dS * factor[..., None], dV * factor[..., None, None],
-                     jnp.zeros_like(nxt))
+    dU, dS, dV = through_cut("svds", k, largest, "singular value", cut(S, nxt, cluster_rtol),
+                             _rt.jvp(RULES, env, ("gU", "gS", "gV")))
+    return outputs, (dU, dS, dV, jnp.zeros_like(nxt))
 
 
 def svds(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None):
@@ -120,8 +104,6 @@ def svds(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None)
         ValueError: not a matrix, NaN/Inf, ``k`` out of range.
     """
     A, = _rt.inputs("svds", (("A", A),), square=(False,), complex_ok=False)
-    r = min(A.shape[-2:])
-    if isinstance(k, bool) or not isinstance(k, (int, numpy.integer)) or not 1 <= int(k) <= r:
-        raise ValueError(f"svds: k must be an integer with 1 <= k <= min(m, n) = {r}, got {k!r}")
-    U, S, V, _ = _svds(A, int(k), bool(largest), cluster_rtol, broadening)
+    k = check_k("svds", k, min(A.shape[-2:]), "min(m, n)")
+    U, S, V, _ = _svds(A, k, bool(largest), cluster_rtol, broadening)
     return U, S, jnp.swapaxes(V, -1, -2)
