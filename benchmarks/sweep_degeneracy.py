@@ -117,10 +117,10 @@ SOLVERS = [
 
 
 # ------------------------------------------------------------------ losses of the outputs
-def losses(kind, cluster, n_rows, dtype, seed):
+def losses(kind, cluster, n_rows, dtype, seed, device="cpu"):
     g = torch.Generator().manual_seed(seed + 7)
     m = n_rows if isinstance(n_rows, int) else n_rows[0]
-    G = torch.randn(m, m, dtype=f64, generator=g).to(dtype)
+    G = torch.randn(m, m, dtype=f64, generator=g).to(dtype=dtype, device=device)
     G = G + G.mH
     i, j = cluster
     if kind == "eig":
@@ -132,7 +132,7 @@ def losses(kind, cluster, n_rows, dtype, seed):
             "sum": (True, lambda w, V: w.sum()),
             "squares": (True, lambda w, V: w.square().sum()),
         }
-    Gm = torch.randn(*n_rows, dtype=f64, generator=g).to(dtype)
+    Gm = torch.randn(*n_rows, dtype=f64, generator=g).to(dtype=dtype, device=device)
     return {
         "entry": (False, lambda U, S, Vh: U[0, i].abs() ** 2),
         "product": (False, lambda U, S, Vh: (U[0, i] * Vh[i, 0]).real),
@@ -163,7 +163,7 @@ def _directions(inputs, seed):
         r = torch.randn(d.shape, dtype=f64, generator=g)
         if d.is_complex():
             r = r + 1j * torch.randn(d.shape, dtype=f64, generator=g)
-        r = r.to(d.dtype)
+        r = r.to(dtype=d.dtype, device=d.device)
         if d.shape[-1] == d.shape[-2]:
             r = _herm(r)
         if x.layout != torch.strided:  # a direction on the sparsity pattern
@@ -226,7 +226,8 @@ def _inner(g, d):
     return float((g.conj() * d).sum().real) if g.is_complex() else float((g * d).sum())
 
 
-def run(seeds=(0, 1, 2), modes=("autograd", "func.grad", "vmap(grad)", "jacrev")):
+def run(seeds=(0, 1, 2), modes=("autograd", "func.grad", "vmap(grad)", "jacrev"), device="cpu"):
+    """The sweep on ``device`` (the problems are built in float64 on the CPU, then moved)."""
     rows, failures = [], []
     total = passed = 0
     for name, problem, dtypes, family in SOLVERS:
@@ -235,9 +236,10 @@ def run(seeds=(0, 1, 2), modes=("autograd", "func.grad", "vmap(grad)", "jacrev")
             for seed in seeds:
                 for gap in GAPS:
                     inputs, call, cluster = problem(seed, gap, dtype)
+                    inputs = tuple(x.to(device) for x in inputs)
                     outs = call(*inputs)
                     rows_of = outs[1].shape[-2] if family == "eig" else (outs[0].shape[-2], outs[2].shape[-1])
-                    for kind, (invariant, loss) in losses(family, cluster, rows_of, dtype, seed).items():
+                    for kind, (invariant, loss) in losses(family, cluster, rows_of, dtype, seed, device).items():
                         f = lambda *xs, loss=loss: loss(*call(*xs))  # noqa: E731
                         sparse = any(x.layout != torch.strided for x in inputs)
                         for mode in modes:
@@ -335,11 +337,12 @@ def _verdict_beyond(f, inputs, mode, invariant, gap, seed):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     start = time.perf_counter()
     seeds, modes = ((0,), ("autograd", "vmap(grad)", "jvp", "hvp")) if args.quick else \
         ((0, 1, 2), ("autograd", "func.grad", "vmap(grad)", "jacrev", "jvp", "jacfwd", "hvp", "jvp(grad)"))
-    rows, failures, passed, total = run(seeds, modes)
+    rows, failures, passed, total = run(seeds, modes, args.device)
     print(table(rows, ["solver", "field", "loss", "gap vs tolerance", "passed", "of which raised"]))
     print(f"\n{passed}/{total} passed in {time.perf_counter() - start:.0f} s")
     if failures:

@@ -16,7 +16,7 @@ def gauge_invariant_eigh_loss(w, V, weights):
     n = V.shape[-1]
     k = max(1, n // 2)
     P = V[..., :, :k] @ V[..., :, :k].mT
-    return (w.pow(2) * torch.linspace(0.5, 1.5, n, dtype=w.dtype)).sum() + (P * weights).sum() + (V.pow(2) * weights).sum()
+    return (w.pow(2) * torch.linspace(0.5, 1.5, n, dtype=w.dtype, device=w.device)).sum() + (P * weights).sum() + (V.pow(2) * weights).sum()
 
 
 def rel(a, b):

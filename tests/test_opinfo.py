@@ -66,8 +66,10 @@ def _once_failing(op, sample, dtype):
     return op.name in ("linalg.pinv", "pinverse") and 0 < _numel(sample) <= 30
 
 
-def _cases():
-    everything = os.environ.get("ADJOINTGEN_OPINFO") == "all"
+def _cases(device="cpu"):
+    everything = os.environ.get("ADJOINTGEN_OPINFO") == "all" and device == "cpu"
+    marks = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+             ] if device == "cuda" else []
     cases = []
     for op in op_db:
         fn = OURS.get((op.name, op.variant_test_name))
@@ -76,7 +78,8 @@ def _cases():
         for dtype in DTYPES:
             if dtype not in op.supported_backward_dtypes("cpu"):
                 continue
-            samples = list(op.sample_inputs("cpu", dtype, requires_grad=True))
+            samples = list(op.sample_inputs(device, dtype, requires_grad=True)) if device == "cpu" or \
+                torch.cuda.is_available() else list(op.sample_inputs("cpu", dtype, requires_grad=True))
             if not everything:
                 small = sorted((s for s in samples if _numel(s) <= QUICK_MAX_NUMEL), key=_numel)
                 # the smallest nonempty ones, an empty one, and the once-failing ones
@@ -86,11 +89,12 @@ def _cases():
             for i, sample in enumerate(samples):
                 name = f"{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
                 shapes = "x".join(str(tuple(t.shape)) for t in (sample.input, *sample.args) if isinstance(t, torch.Tensor))
-                cases.append(pytest.param(op, fn, sample, id=f"{name}-{str(dtype)[6:]}-{shapes}-{sample.kwargs}-{i}"))
+                cases.append(pytest.param(op, fn, sample, marks=marks,
+                                          id=f"{device}-{name}-{str(dtype)[6:]}-{shapes}-{sample.kwargs}-{i}"))
     return cases
 
 
-@pytest.mark.parametrize("op, fn, sample", _cases())
+@pytest.mark.parametrize("op, fn, sample", _cases() + _cases("cuda"))
 def test_opinfo_gradients(op, fn, sample):
     args = (sample.input, *sample.args)
 

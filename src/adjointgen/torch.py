@@ -182,16 +182,15 @@ def lu(A: torch.Tensor, *, pivot: bool = True):
     higher derivatives; float32/float64/complex64/complex128, CPU/CUDA, empty batches.
 
     Raises:
-        ValueError: not a floating matrix, NaN/Inf, ``pivot=False`` (not supported, as torch on the
-            CPU); :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) in a
+        ValueError: not a floating matrix, NaN/Inf; ``RuntimeError`` for ``pivot=False`` on the CPU
+            (torch's own: LU without pivoting runs on CUDA only, where ``P`` comes back empty and
+            the rules take ``P = I``); :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) in a
             derivative when ``U`` has a zero pivot (a rank-deficient ``A``: the rules divide by it).
     """
     from .composite.lu import LuFunction
 
     checks.matrix_input(A, "A", complex_ok=True)
-    if not pivot:
-        raise ValueError("lu: pivot=False is not supported (LU without pivoting is unstable; torch supports it on CUDA only)")
-    P, L, U, _ = LuFunction.apply(A)
+    P, L, U, _ = LuFunction.apply(A, bool(pivot))
     return torch.return_types.linalg_lu((P, L, U))
 
 
@@ -203,9 +202,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True):
     from .composite.lu import LuFunction, check_pivots, packed
 
     checks.matrix_input(A, "A", complex_ok=True)
-    if not pivot:
-        raise ValueError("lu_factor: pivot=False is not supported (LU without pivoting is unstable; torch supports it on CUDA only)")
-    _, L, U, pivots = LuFunction.apply(A)
+    _, L, U, pivots = LuFunction.apply(A, bool(pivot))
     check_pivots(U.detach(), "lu_factor of a singular A would divide by zero in lu_solve (as torch.linalg.lu_factor, "
                              "this raises; agt.lu factors it)")
     return torch.return_types.linalg_lu_factor((packed(L, U), pivots))

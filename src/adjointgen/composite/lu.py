@@ -96,12 +96,14 @@ def _jvp(P, L, U, dA):
 
 class LuFunction(torch.autograd.Function):
     """``(P, L, U, pivots) = lu(A)`` for ``(..., m, n)`` ``A``, real or complex, from
-    ``torch.linalg.lu_factor``; ``P`` and LAPACK's ``pivots`` are not differentiable."""
+    ``torch.linalg.lu_factor``; ``P`` and LAPACK's ``pivots`` are not differentiable.  With
+    ``pivot=False`` (CUDA only, as torch) ``P`` is empty, as ``torch.linalg.lu`` returns it, and the
+    rules take ``P = I``."""
 
     @staticmethod
-    def forward(A):
-        LU, pivots, _ = torch.linalg.lu_factor_ex(A)
-        P, L, U = torch.lu_unpack(LU, pivots)
+    def forward(A, pivot=True):
+        LU, pivots, _ = torch.linalg.lu_factor_ex(A, pivot=pivot)  # pivot=False on the CPU: torch's error
+        P, L, U = torch.lu_unpack(LU, pivots, unpack_pivots=pivot)
         return P, L, U, pivots
 
     @staticmethod
@@ -117,18 +119,26 @@ class LuFunction(torch.autograd.Function):
         check_pivots(U)
         gL = torch.zeros_like(L) if gL is None else gL
         gU = torch.zeros_like(U) if gU is None else gU
-        return _vjp(P, L, U, gL, gU)
+        return _vjp(_permutation(P, L), L, U, gL, gU), None
 
     @staticmethod
-    def jvp(ctx, dA):
+    def jvp(ctx, dA, _):
         P, L, U = ctx.saved_tensors
         check_pivots(U)
-        dL, dU = _jvp(P, L, U, dA)
+        dL, dU = _jvp(_permutation(P, L), L, U, dA)
         return None, dL, dU, None
 
     @staticmethod
-    def vmap(info, in_dims, A):
-        return vmap_as_batch(LuFunction, info, in_dims, A)
+    def vmap(info, in_dims, A, pivot=True):
+        return vmap_as_batch(LuFunction, info, in_dims, A, pivot)
+
+
+def _permutation(P, L):
+    """``P`` of ``A = P L U``: the identity where the factorization did not pivot (``P`` empty)."""
+    if P.numel() or L.numel() == 0:
+        return P
+    m = L.shape[-2]
+    return _eye_like(L, m).expand(*L.shape[:-2], m, m)
 
 
 def packed(L, U):

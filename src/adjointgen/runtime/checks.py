@@ -293,6 +293,7 @@ def matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
 def finite(x: torch.Tensor, name: str) -> None:
     if is_traced(x) or x.numel() == 0:
         return
+    x = x.detach()  # no tangents: some torch versions have no forward-mode rule for aminmax
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
         lo, hi = torch.aminmax(torch.view_as_real(x.resolve_conj()) if x.is_complex() else x)
@@ -307,6 +308,7 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
         return
     real = x.real.dtype if x.is_complex() else x.dtype
     rtol = 100 * torch.finfo(real).eps if rtol is None else rtol
+    x = x.detach()  # no tangents: some torch versions have no forward-mode rule for aminmax
     with torch.no_grad():
         if x.is_complex():
             if check_finite:

@@ -204,10 +204,13 @@ def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
     """Whether no pair of entries makes a pairwise denominator vanish, as :func:`negligible` has it,
     off the diagonal of a ``difference`` ``d_i - d_j`` (no clusters) or anywhere for a ``sum``
     ``d_i + d_j`` (no ``d_i`` near ``-d_j``, no ``d_i`` near 0): then the denominator needs no mask.
-    ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values."""
+    ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values, and on a
+    GPU while the gauge checks are off (the answer would be the backward's only host
+    synchronisation: the masked product needs none)."""
+    from . import gauge
     from .checks import is_traced
 
-    if not _FUSED or is_traced(d):
+    if not _FUSED or is_traced(d) or (d.device.type != "cpu" and not gauge.enabled()):
         return False
     if d.numel() == 0:
         return True
