@@ -151,8 +151,8 @@ def test_the_numpy_and_jax_functions():
     import adjointgen.jax as agj
 
     a, b = jnp.asarray(A[0]), jnp.asarray(B[0])
-    np.testing.assert_allclose(np.asarray(agj.lstsq(a, b)), X[0], rtol=1e-10)
-    loss = lambda a, b: jnp.sum(jnp.sin(agj.lstsq(a, b)))  # noqa: E731
+    np.testing.assert_allclose(np.asarray(agj.lstsq(a, b)[0]), X[0], rtol=1e-10)
+    loss = lambda a, b: jnp.sum(jnp.sin(agj.lstsq(a, b)[0]))  # noqa: E731
     ref = lambda a, b: jnp.sum(jnp.sin(jnp.linalg.lstsq(a, b)[0]))  # noqa: E731
     for g, h in zip(jax.grad(loss, (0, 1))(a, b), jax.grad(ref, (0, 1))(a, b)):
         np.testing.assert_allclose(g, h, rtol=1e-9, atol=1e-12)

@@ -119,7 +119,7 @@ def test_the_jax_function():
     rng = np.random.default_rng(4)
     A = jnp.asarray(rng.standard_normal((4, 4)) + 3 * np.eye(4))
     B = jnp.asarray(rng.standard_normal((4, 2)))
-    f = lambda a, b: jnp.sum(agj.solve_triangular(a, b) ** 2)  # noqa: E731
+    f = lambda a, b: jnp.sum(agj.solve_triangular(a, b, lower=True) ** 2)  # noqa: E731
     ref = lambda a, b: jnp.sum(jax.scipy.linalg.solve_triangular(a, b, lower=True) ** 2)  # noqa: E731
     for g, w in zip(jax.grad(f, (0, 1))(A, B), jax.grad(ref, (0, 1))(A, B)):
         np.testing.assert_allclose(np.tril(g) if g.shape == A.shape else g, np.tril(w) if w.shape == A.shape else w,

@@ -464,9 +464,9 @@ def _make_primitives():
         found = check.bad(cotangents, held)
         if found is None:
             return cotangents
-        bad, phase, cluster = found
+        bad, *kinds = found
         if _RAISE_IN_JIT:
-            jax.debug.callback(functools.partial(_raise, check.rules.op), phase, cluster)
+            jax.debug.callback(functools.partial(_raise, check.rules.op), *kinds)
         return _poison(bad, cotangents)
 
     def eager_check(*args, check, count):
@@ -556,7 +556,7 @@ def _violations(rules, env, checked, residuals, cotangents, names):
     :func:`adjointgen.runtime.gauge.check`); ``None`` when there is nothing to check."""
     env = dict(env, **dict(zip(names, cotangents)))
     values = dict(zip((*rules.outputs, *(r.output for r in residuals)), checked(env)))
-    bad, phase, cluster = None, False, False
+    bad, phase, cluster, basis = None, False, False, False
     # the size of the loss's derivative through the values (max|g_w| max|w|): cotangents of the
     # vectors below sqrt(eps) of it are rounding (a second derivative of a loss of the values alone)
     floor = next((jnp.max(jnp.abs(env[r.split]), axis=-1, keepdims=True) * jnp.max(jnp.abs(env[r.vector]), axis=-1, keepdims=True)
@@ -567,7 +567,11 @@ def _violations(rules, env, checked, residuals, cotangents, names):
         real = jnp.finfo(residual.dtype).dtype
         eps, tiny = float(jnp.finfo(real).eps), float(jnp.finfo(real).tiny)
         norms = sum(jnp.sqrt(jnp.sum(jnp.abs(g) ** 2, axis=-2)) for g in cot)
-        if r.vector is None:  # a phase residual, one per column
+        if r.vector is None and r.what == "basis":  # a change of basis of a complement: k x k
+            flag = jnp.any(jnp.abs(residual) > math.sqrt(eps) * (norms[..., :, None] + norms[..., None, :]) + tiny,
+                           axis=(-2, -1))
+            basis = basis | jnp.any(flag)
+        elif r.vector is None:  # a phase residual, one per column
             flag = jnp.any(jnp.abs(residual) > math.sqrt(eps) * (norms + floor) + tiny, axis=-1)
             phase = phase | jnp.any(flag)
         else:
@@ -581,11 +585,16 @@ def _violations(rules, env, checked, residuals, cotangents, names):
                 flag = flag | jnp.any(clusters & (spread > math.sqrt(eps) * level + tiny), axis=(-2, -1))
             cluster = cluster | jnp.any(flag)
         bad = flag if bad is None else bad | flag
-    return None if bad is None else (bad, phase, cluster)
+    return None if bad is None else (bad, phase, cluster, basis)
 
 
-def _raise(op, phase, cluster):
+def _raise(op, phase, cluster, basis=False):
     """The host side of the reverse-mode check: the torch side's error classes and advice."""
+    if bool(basis):
+        raise gauge.ComplementBasisError(
+            f"{op}: the loss depends on the basis chosen for the complement (the columns full_matrices=True "
+            "adds), which is defined only through its span: use a loss of its projector U2 U2^H, or "
+            "full_matrices=False. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
     if bool(cluster):
         raise gauge.DegenerateSubspaceError(
             f"{op}: the loss depends on the basis chosen inside a cluster of equal values, or on the individual "

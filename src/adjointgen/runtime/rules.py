@@ -36,7 +36,8 @@ class Residual:
     :func:`~adjointgen.runtime.degeneracy.check` with the cluster mask of ``vector`` and the
     cotangent ``split`` of that vector; any other to :func:`~adjointgen.runtime.gauge.check`.
     ``completes``: the vectors whose spectral losses are completed at clusters first (their
-    cotangents are ``g`` + name)."""
+    cotangents are ``g`` + name).  ``what="basis"`` without ``vector``: a ``k x k`` residual of a
+    change of basis of a complement (``ComplementBasisError``), not a phase per column."""
 
     output: str
     cotangents: tuple[str, ...]
