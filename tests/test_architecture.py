@@ -32,7 +32,7 @@ ALLOWED = {
     "composite": {"generated", "runtime"},
     "torch": {"composite", "generated", "runtime", "codegen"},  # codegen: funm compiles a user's f
     "cupy": {"(root)", "generated"},
-    "jax": {"(root)", "composite", "generated", "runtime"},
+    "jax": {"(root)", "composite", "generated", "runtime", "codegen"},  # codegen: funm compiles a user's f
     "testing": {"runtime", "torch"},
     "divided_reference": {"runtime", "codegen"},
     "reference": {"calculus", "audit", "project"},

@@ -1,9 +1,15 @@
 """adjointgen's operations for JAX: ``import adjointgen.jax as agj``.
 
-``agj.eigh(A)``, ``agj.eigh_generalized(A, B)``, ``agj.svd(A)``, ``agj.pinv(A)``,
-``agj.eig(A)``, ``agj.cholesky(A)``, ``agj.qr(A)``, ``agj.lu(A)`` (square), ``agj.lstsq(A, B)``, ``agj.det(A)``,
-``agj.matrix_exp(A)`` (``agj.expm``), ``agj.logm_general(A)`` (``agj.logm``), ``agj.sqrtm(A)``, ``agj.powm(A, p)``, ``agj.inv(A)``, ``agj.solve(A, B)``, ``agj.solve_triangular(A, B)`` (lower
-triangular ``A``), ``agj.slogdet(A)``: each is
+The functions of ``jax.numpy.linalg`` / ``jax.scipy.linalg`` with their signatures and results
+(:mod:`adjointgen.composite.jax_dropins`): ``agj.eigh(a, b=None, UPLO=None, symmetrize_input=True)``
+(``b``: the generalized problem, which JAX lacks), ``agj.eigvalsh``, ``agj.eig``, ``agj.eigvals``,
+``agj.svd(a, full_matrices=True, compute_uv=True)``, ``agj.svdvals``, ``agj.qr(a, mode)``,
+``agj.cholesky(a, upper=False)``, ``agj.solve(a, b)``, ``agj.solve_triangular(a, b, trans, lower,
+unit_diagonal)``, ``agj.lstsq(a, b, rcond)`` (``(x, resid, rank, s)``), ``agj.lu(a, permute_l)``
+(square), ``agj.slogdet``, ``agj.det``, ``agj.inv``, ``agj.pinv(a, rtol, hermitian)``, ``agj.expm``,
+``agj.sqrtm``; and ``agj.logm``, ``agj.powm(A, p)``, ``agj.eigsh(A, k)``, ``agj.svds(A, k)``,
+``agj.eigh_generalized(A, B)``, ``agj.matrix_exp``, ``agj.funm(A, f)`` (Hermitian ``A``, any real
+scalar ``f`` as a SymPy expression).  Each differentiates through
 ``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode is JAX's
 transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``,
 ``grad``, ``jvp``, ``jacfwd``, ``jacrev``, ``hessian`` and ``linearize`` all work.  The rule
@@ -46,13 +52,6 @@ _FUNCTIONS = _functions()
 globals().update(_FUNCTIONS)
 
 
-def expm(A):
-    """``exp(A)`` of a square ``A``, as ``jax.scipy.linalg.expm``: :func:`matrix_exp`, whose Fréchet
-    derivative is derived in ``derivations/matrix_exp.py`` (no gauge, so exact at repeated
-    eigenvalues too; every order)."""
-    return matrix_exp(A)  # noqa: F821 - generated, in globals()
-
-
 def logm(A):
     """The principal logarithm of a square ``A`` (no eigenvalue on the closed negative real axis,
     else ``ValueError`` naming it): :func:`logm_general`, derived in ``derivations/logm_general.py``
@@ -61,22 +60,69 @@ def logm(A):
     return logm_general(A)  # noqa: F821
 
 
-def sqrtm(A):
-    """The principal square root of a square ``A``, as ``jax.scipy.linalg.sqrtm``:
-    :func:`sqrtm_general`, derived in ``derivations/sqrtm_general.py`` (``X dX + dX X = dA``)."""
-    return sqrtm_general(A)  # noqa: F821
-
-
 def powm(A, p):
     """``A^p = exp(p log A)`` (principal branch) for real ``p``: :func:`expm` of ``p`` :func:`logm`,
     each with its derived rule, so every derivative is the chain rule of two derived ones."""
     return expm(p * logm(A))
 
 
+def expm(A, *, upper_triangular=False, max_squarings=16):  # noqa: F811
+    """``exp(A)`` of a square ``A``, as ``jax.scipy.linalg.expm`` (its keywords are accepted; the
+    forward is JAX's): :func:`matrix_exp`, whose Fréchet derivative is derived in
+    ``derivations/matrix_exp.py`` (no gauge, so exact at repeated eigenvalues too; every order)."""
+    del upper_triangular, max_squarings
+    return matrix_exp(A)  # noqa: F821 - generated, in globals()
+
+
+def sqrtm(A, blocksize=1):  # noqa: F811
+    """The principal square root of a square ``A``, as ``jax.scipy.linalg.sqrtm``:
+    :func:`sqrtm_general`, derived in ``derivations/sqrtm_general.py`` (``X dX + dX X = dA``)."""
+    del blocksize
+    return sqrtm_general(A)  # noqa: F821
+
+
 from .composite.jax_eigsh import eigsh  # noqa: E402  (the forwards are not generated: LAPACK on the host)
 from .composite.jax_svds import svds  # noqa: E402
+from .composite import jax_funm as _jax_funm  # noqa: E402
 
-__all__ = sorted([*_FUNCTIONS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds"])
+
+def funm(A, f, *, domain=None):
+    """``f(A) = V f(w) V^H`` for Hermitian ``A`` and a real scalar ``f``: a SymPy expression in one
+    symbol (``sympy.cos(x)``, ``x*sympy.log(x)``, ``sympy.Piecewise(...)``) or ``"exp"``, ``"log"``,
+    ``"sqrt"``.  ``domain``: an optional SymPy set or condition the eigenvalues must satisfy.
+
+    ``f`` is compiled once, as for ``agt.funm`` (:mod:`adjointgen.codegen.scalar`), and
+    differentiated by the rule of ``derivations/funm.py`` with divided differences that never
+    cancel (:mod:`adjointgen.composite.jax_funm`): exact gradients also at repeated eigenvalues,
+    second derivatives through ``f[a, b, c]`` (at an exact cluster a second derivative raises; a
+    third is NaN).  Every JAX transform.  Eigenvalues outside ``f``'s domain (``log`` of a
+    non-positive one), or where ``f`` is not differentiable in a derivative, raise ``ValueError``
+    where the values are concrete (outside ``jit``); under ``jit`` they give NaN or Inf, as ``f``
+    itself would.  (``jax.scipy.linalg.funm(A, func)`` takes a general ``A`` and has no derivative
+    rule; this takes a Hermitian one.)"""
+    from .codegen import scalar
+
+    names = {"exp": "exp(x)", "expm": "exp(x)", "log": "log(x)", "logm": "log(x)", "sqrt": "sqrt(x)",
+             "sqrtm": "sqrt(x)"}
+    if isinstance(f, str):
+        if f not in names:
+            raise TypeError(f"funm: unknown function name {f!r}; use one of {', '.join(sorted(names))} or a "
+                            "SymPy expression")
+        f = names[f]
+    program = scalar.compile_cached(f)
+    if program.options:
+        raise TypeError(f"funm: {program.text} has options {program.options}; give f with their values")
+    condition = scalar.compile_condition(domain, program) if domain is not None else (None, None)
+    return _jax_funm.funm(A, program, condition)
+# the signatures and results of jax.numpy.linalg / jax.scipy.linalg over the generated operations
+from .composite.jax_dropins import (  # noqa: E402,F811
+    EighResult, EigResult, QRResult, SlogdetResult, SVDResult, cholesky, eig, eigh, eigvals, eigvalsh, lstsq, lu,
+    pinv, qr, slogdet, solve, solve_triangular, svd, svdvals)
+
+_DROPINS = ["eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "cholesky", "solve", "solve_triangular",
+            "lstsq", "lu", "slogdet", "pinv", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
+__all__ = sorted({*_FUNCTIONS, *_DROPINS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds",
+                  "funm"})
 del _FUNCTIONS
 
 

@@ -1,4 +1,4 @@
-"""The array operations the divided-difference evaluator needs, for torch, NumPy and CuPy.
+"""The array operations the divided-difference evaluator needs, for torch, NumPy, CuPy and JAX.
 
 One small adapter per array module, so that :mod:`adjointgen.runtime.divided.primitives` is written
 once.  Special functions come from ``torch.special`` (torch), SciPy (NumPy) and ``cupyx.scipy``
@@ -35,6 +35,10 @@ class Arrays:
 
     def dtype_of(self, x):
         return x.dtype
+
+    def concrete(self, x) -> bool:
+        """Whether ``x`` has values to read on the host (not a tracer of a compiler)."""
+        return True
 
     # ---------------------------------------------------------------- basics
     def where(self, c, a, b):
@@ -221,6 +225,61 @@ def _scipy_special():
     return scipy.special
 
 
+class JaxArrays(Arrays):
+    """``jax.numpy`` and ``jax.scipy.special``.  Under a transform the values cannot be read: the
+    host decisions (whether any element needs a series branch, whether an exponential can
+    overflow) take the branch that is right for every element, and nothing is recorded."""
+
+    name = "jax"
+
+    def __init__(self):
+        import jax.numpy as jnp
+        import jax.scipy.special as special
+
+        super().__init__(jnp, special)
+
+    def concrete(self, x) -> bool:
+        import jax
+
+        return not isinstance(x, jax.core.Tracer)
+
+    def any(self, x) -> bool:
+        return bool(self.m.any(x)) if self.concrete(x) else True
+
+    def max(self, x):
+        if not getattr(x, "size", 1):
+            return -math.inf
+        return self.m.max(x) if self.concrete(x) else math.inf
+
+    def exponent(self, x):
+        return self.m.frexp(x)[1]
+
+    def ldexp(self, x, e):
+        return self.m.ldexp(x, e)
+
+    def errstate(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def lgamma(self, x):
+        return self.sp.gammaln(x)
+
+    def polygamma(self, n, x):
+        return self.sp.polygamma(int(n), x)
+
+    def j0(self, x):
+        return self.sp.bessel_jn(x, v=0)[0]
+
+    def j1(self, x):
+        return self.sp.bessel_jn(x, v=1)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _jax():
+    return JaxArrays()
+
+
 @functools.lru_cache(maxsize=None)
 def _numpy():
     import scipy.special
@@ -250,4 +309,6 @@ def for_array(x) -> Arrays:
         return _torch()
     if module.startswith("cupy"):
         return _cupy()
+    if module.startswith(("jax", "jaxlib")):
+        return _jax()
     return _numpy()

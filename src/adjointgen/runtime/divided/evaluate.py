@@ -110,6 +110,8 @@ class _Eval:
 
     def _record(self, kind, error, points):
         X = self.X
+        if not X.concrete(error):
+            return  # values being traced: no estimate to read
         threshold = X.eps(points[0]) ** WARN_EXPONENT
         worst = X.where(X.isnan(error), 0.0, error)
         peak = float(worst.max()) if getattr(worst, "ndim", 0) else float(worst)
