@@ -1,7 +1,7 @@
 """agj's functions as drop-ins for jax.numpy.linalg / jax.scipy.linalg: the same signatures, the
 same results (named tuples, vector right-hand sides, triangles, modes), the same gradients where
 JAX's are right, and the complement of a full SVD as a gauge (exact for its span, an error for
-its basis)."""
+its basis); agj.eigsh(A, k, B), which JAX lacks."""
 import numpy as np
 import pytest
 
@@ -150,3 +150,30 @@ def test_bad_arguments_raise():
         agj.qr(A4[:, :3], mode="complete")
     with pytest.raises(ValueError, match="rtol or rcond"):
         agj.pinv(A4, 1e-3, rcond=1e-3)
+
+
+# ---------------------------------------------------------------- eigsh(A, k, B)
+def test_eigsh_generalized_values_gradients_and_errors():
+    import scipy.linalg
+
+    from adjointgen import DegenerateSubspaceError
+
+    M, N = arr(8, 8), arr(8, 8)
+    A, B = M + M.T, N @ N.T / 8 + jnp.eye(8)
+    w, V = agj.eigsh(A, 3, B)
+    close(w, scipy.linalg.eigh(np.asarray(A), np.asarray(B), eigvals_only=True)[::-1][:3])
+    close(V.T @ B @ V, jnp.eye(3))
+    f = lambda A, B: (lambda w, V: jnp.sum(w ** 2) + jnp.sum((V @ V.T) * A))(*agj.eigsh(A, 3, B))  # noqa: E731
+    check_grads(f, (A, B), order=2, modes=("fwd", "rev"))
+    top = jax.grad(lambda A, B: jnp.sum(agj.eigsh(A, 3, B, largest=False)[0] ** 2), (0, 1))(A, B)
+    full = jax.grad(lambda A, B: jnp.sum(agj.eigh(A, B)[0][:3] ** 2), (0, 1))(A, B)
+    close(top, full, 1e-9)
+    close(jax.jit(jax.grad(f))(A, B), jax.grad(f)(A, B))
+    close(jax.vmap(jax.grad(f))(jnp.stack([A, A]), jnp.stack([B, B]))[1], jax.grad(f)(A, B))
+    with pytest.raises(ValueError, match="positive definite"):
+        agj.eigsh(A, 3, -B)
+    # k that cuts a repeated generalized eigenvalue: every derivative raises
+    Q = jnp.linalg.inv(jnp.linalg.cholesky(B).T)  # Q^T B Q = I: the pencil (B Q D Q^T B, B) has eigenvalues D
+    A2 = B @ Q @ jnp.diag(jnp.array([1.0, 2, 3, 4, 5, 6, 7, 7])) @ Q.T @ B
+    with pytest.raises(DegenerateSubspaceError):
+        jax.grad(lambda A: jnp.sum(agj.eigsh(A, 1, B)[0]))(A2)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy
 
 from ..generated.jax import eigsh as _g
+from ..generated.jax import eigsh_generalized as _gg
 from ..runtime import jax as _rt
 from ..runtime.rules import Call, Residual, Rules
 from ._jax_partial import check_k, cut, on_host, through_cut
@@ -38,7 +39,24 @@ RULES = Rules(
 )
 
 
-def _host(A, k: int, largest: bool):
+_GARGS = ("A", "B", "w", "V")
+RULES_GENERALIZED = Rules(
+    op="eigsh",
+    outputs=("gA", "gB"),
+    vjp=Call(_gg.eigsh_generalized_vjp, (*_GARGS, "gw", "gV"), _OPTS),
+    jvp=Call(_gg.eigsh_generalized_jvp, (*_GARGS, "dA", "dB"), _OPTS),
+    data="A",
+    vjp_checked=Call(_gg.eigsh_generalized_vjp_checked, (*_GARGS, "gw", "gV"), _OPTS),
+    residuals=(Residual("residual_clusters", ("gV",), "w", "gw", "eigenvalues", ()),),
+    vjp_complex=Call(_gg.eigsh_generalized_vjp_complex, (*_GARGS, "gw", "gV"), _OPTS),
+    jvp_complex=Call(_gg.eigsh_generalized_jvp_complex, (*_GARGS, "dA", "dB"), _OPTS),
+    vjp_complex_checked=Call(_gg.eigsh_generalized_vjp_complex_checked, (*_GARGS, "gw", "gV"), _OPTS),
+    residuals_complex=(Residual("residual", ("gV",)), Residual("residual_clusters", ("gV",), "w", "gw", "eigenvalues", ())),
+    broadening=True,
+)
+
+
+def _host(A, k: int, largest: bool, B=None):
     """``(w, V, next)`` for each matrix of the batch: the ``k`` largest eigenvalues descending (or
     smallest ascending), their eigenvectors, and the next eigenvalue beyond them (``nan`` if none)."""
     import scipy.linalg
@@ -46,6 +64,7 @@ def _host(A, k: int, largest: bool):
     A = numpy.asarray(A)
     n = A.shape[-1]
     flat = A.reshape(-1, n, n)
+    flat_b = None if B is None else numpy.broadcast_to(numpy.asarray(B), A.shape).reshape(-1, n, n)
     real = numpy.empty((), A.dtype).real.dtype
     w = numpy.empty((flat.shape[0], k), real)
     V = numpy.empty((flat.shape[0], n, k), A.dtype)
@@ -53,7 +72,11 @@ def _host(A, k: int, largest: bool):
     m = min(k + 1, n)
     for b, a in enumerate(flat):
         lo, hi = (n - m, n - 1) if largest else (0, m - 1)
-        vals, vecs = scipy.linalg.eigh(a, subset_by_index=[lo, hi]) if n else (numpy.zeros(0), numpy.zeros((0, 0)))
+        try:
+            vals, vecs = scipy.linalg.eigh(a, None if flat_b is None else flat_b[b], subset_by_index=[lo, hi]) \
+                if n else (numpy.zeros(0), numpy.zeros((0, 0)))
+        except numpy.linalg.LinAlgError as exc:  # B not positive definite (a Cholesky factorization failed)
+            raise ValueError(f"eigsh: B is not positive definite (batch element {b}): {exc}") from None
         if largest:
             vals, vecs = vals[::-1], vecs[:, ::-1]
         w[b], V[b] = vals[:k], vecs[:, :k]
@@ -63,12 +86,33 @@ def _host(A, k: int, largest: bool):
     return w.reshape(*shape, k), V.reshape(*shape, n, k), nxt.reshape(shape)
 
 
-def _forward(A, k, largest):
+def _forward(A, k, largest, B=None):
     n = A.shape[-1]
     real = jnp.finfo(A.dtype).dtype
     shapes = (jax.ShapeDtypeStruct((*A.shape[:-2], k), real), jax.ShapeDtypeStruct((*A.shape[:-2], n, k), A.dtype),
               jax.ShapeDtypeStruct(A.shape[:-2], real))
-    return on_host(_host, shapes, A, k=k, largest=largest)
+    if B is None:
+        return on_host(_host, shapes, A, k=k, largest=largest)
+    # one array to the host: A and B stacked (pure_callback's vmap expands both alike)
+    out = on_host(lambda AB, k, largest: _host(AB[..., 0, :, :], k, largest, AB[..., 1, :, :]), shapes,
+                  jnp.stack([A, B], axis=-3), k=k, largest=largest)
+    return out
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening):
+    return _forward(A, k, largest, B)
+
+
+@_eigsh_generalized.defjvp
+def _eigsh_generalized_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
+    A, B = primals
+    dA, dB = tangents
+    w, V, nxt = outputs = _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening)
+    env = dict(A=A, B=B, w=w, V=V, dA=dA, dB=dB, cluster_rtol=cluster_rtol, broadening=broadening)
+    dw, dV = through_cut("eigsh", k, largest, "eigenvalue", cut(w, nxt, cluster_rtol),
+                         _rt.jvp(RULES_GENERALIZED, env, ("gw", "gV")))
+    return outputs, (dw, dV, jnp.zeros_like(nxt))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
@@ -87,14 +131,16 @@ def _eigsh_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
     return outputs, (dw, dV, jnp.zeros_like(nxt))
 
 
-def eigsh(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None):
-    """The ``k`` largest (or smallest) eigenpairs of Hermitian ``A``, as :func:`adjointgen.torch.eigsh`
-    for dense ``A``.
+def eigsh(A, k: int, B=None, *, largest: bool = True, cluster_rtol=None, broadening=None):
+    """The ``k`` largest (or smallest) eigenpairs of Hermitian ``A`` (with ``B``: of ``A v = w B v``,
+    ``V^H B V = I``), as :func:`adjointgen.torch.eigsh` for dense ``A``.
 
     Args:
         A: symmetric (Hermitian) ``(..., n, n)``, float32/float64 or complex64/complex128; its Hermitian
             part is used, as ``jax.numpy.linalg.eigh`` does.
         k: ``1 <= k <= n``.
+        B: optional Hermitian positive definite ``(..., n, n)`` (the generalized problem, differentiated
+            in ``A`` and ``B`` by ``derivations/eigsh_generalized.py``).
         largest: the ``k`` largest eigenvalues, descending; else the smallest, ascending.
         cluster_rtol, broadening: as :func:`adjointgen.jax.eigh`.
 
@@ -109,8 +155,17 @@ def eigsh(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None
 
     Raises:
         TypeError: not a floating or complex array.
-        ValueError: wrong shape, NaN/Inf, ``k`` out of range.
+        ValueError: wrong shape, NaN/Inf, ``k`` out of range, ``B`` not positive definite (outside
+            ``jit``).
     """
+    if B is not None:
+        A, B = _rt.inputs("eigsh", (("A", A), ("B", B)), square=(True, True), complex_ok=True)
+        if A.shape[-1] != B.shape[-1]:
+            raise ValueError(f"eigsh: A and B must have one size, got {A.shape} and {B.shape}")
+        A, B = _rt.broadcast_batch(_rt.symmetrized(A), _rt.symmetrized(B))
+        k = check_k("eigsh", k, A.shape[-1], "n")
+        w, V, _ = _eigsh_generalized(A, B, k, bool(largest), cluster_rtol, broadening)
+        return w, V
     A, = _rt.inputs("eigsh", (("A", A),), square=(True,), complex_ok=True)
     k = check_k("eigsh", k, A.shape[-1], "n")
     w, V, _ = _eigsh(_rt.symmetrized(A), k, bool(largest), cluster_rtol, broadening)
