@@ -177,3 +177,27 @@ def test_eigsh_generalized_values_gradients_and_errors():
     A2 = B @ Q @ jnp.diag(jnp.array([1.0, 2, 3, 4, 5, 6, 7, 7])) @ Q.T @ B
     with pytest.raises(DegenerateSubspaceError):
         jax.grad(lambda A: jnp.sum(agj.eigsh(A, 1, B)[0]))(A2)
+
+
+def test_eigsh_lobpcg_is_jittable_without_a_host_call_and_matches_lapack():
+    from adjointgen.runtime.errors import ConvergenceError
+
+    M = arr(60, 60)
+    A = M + M.T
+    loss = lambda method: lambda A: (lambda w, V: jnp.sum(w ** 2) + jnp.sum((V @ V.T) * A))(  # noqa: E731
+        *agj.eigsh(A, 4, method=method))
+    for largest in (True, False):
+        w, V = agj.eigsh(A, 4, method="lobpcg", largest=largest)
+        w2, V2 = agj.eigsh(A, 4, largest=largest)
+        close(w, w2, 1e-11)
+        close(jnp.abs(V.T @ V2), jnp.eye(4), 1e-9)
+    close(jax.grad(loss("lobpcg"))(A), jax.grad(loss("lapack"))(A), 1e-9)
+    assert "pure_callback" not in str(jax.make_jaxpr(jax.grad(loss("lobpcg")))(A))  # no host round trip
+    close(jax.jit(jax.grad(loss("lobpcg")))(A), jax.grad(loss("lapack"))(A), 1e-9)
+    with pytest.raises(ConvergenceError):
+        agj.eigsh(A, 4, method="lobpcg", maxiter=2)
+    assert bool(jnp.isnan(jax.jit(lambda A: agj.eigsh(A, 4, method="lobpcg", maxiter=2)[0])(A)).all())
+    with pytest.raises(ValueError, match="5 \\(k \\+ 1\\) < n"):
+        agj.eigsh(A[:10, :10], 4, method="lobpcg")
+    with pytest.raises(TypeError, match="real"):
+        agj.eigsh(A.astype(complex), 4, method="lobpcg")

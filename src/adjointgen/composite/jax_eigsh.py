@@ -115,23 +115,70 @@ def _eigsh_generalized_jvp(k, largest, cluster_rtol, broadening, primals, tangen
     return outputs, (dw, dV, jnp.zeros_like(nxt))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
-def _eigsh(A, k, largest, cluster_rtol, broadening):
+def _lobpcg(A, k, largest, maxiter):
+    """``(w, V, next)`` as :func:`_host` returns them, by ``jax.experimental.sparse.linalg.lobpcg_standard``
+    on the device, jittable (``k + 1`` pairs: the last tells whether ``k`` cuts a cluster).  Pairs
+    whose residual ``|A v - w v|`` exceeds LOBPCG's own criterion ``10 n eps (|w| + |A v|)`` after
+    ``maxiter`` iterations: a :class:`~adjointgen.runtime.errors.ConvergenceError` where the values are
+    concrete, NaN in that batch element's outputs where they are traced."""
+    from jax.experimental.sparse.linalg import lobpcg_standard
+
+    from ..runtime.errors import ConvergenceError
+
+    n = A.shape[-1]
+    m = k + 1
+    if 5 * m >= n:
+        raise ValueError(f"eigsh: method='lobpcg' needs 5 (k + 1) < n (JAX's LOBPCG), got k = {k}, n = {n}; "
+                         "use method='lapack'")
+    if jnp.iscomplexobj(A):
+        raise TypeError("eigsh: method='lobpcg' takes real A (JAX's LOBPCG fails on complex input); use "
+                        "method='lapack'")
+    X0 = jax.random.normal(jax.random.PRNGKey(0), (n, m), dtype=A.dtype)
+    eps = float(jnp.finfo(A.dtype).eps)
+
+    def one(a):
+        theta, U, _ = lobpcg_standard(a if largest else -a, X0, m=maxiter)
+        theta = theta if largest else -theta
+        AU = a @ U
+        residual = jnp.linalg.norm(AU - U * theta, axis=0)
+        bound = 10 * n * eps * (jnp.abs(theta) + jnp.linalg.norm(AU, axis=0))
+        return theta[:k], U[:, :k], theta[k], jnp.max((residual / bound)[:k])
+
+    flat = A.reshape(-1, n, n)
+    w, V, nxt, excess = jax.vmap(one)(flat)
+    batch = A.shape[:-2]
+    w, V, nxt, excess = w.reshape(*batch, k), V.reshape(*batch, n, k), nxt.reshape(batch), excess.reshape(batch)
+    if _rt.is_concrete(excess):
+        if excess.size and not bool(jnp.all(excess <= 1)):
+            raise ConvergenceError("eigsh: LOBPCG did not converge within maxiter iterations "
+                                   f"(residual {float(jnp.max(excess)):.3g} times its bound); raise maxiter= or use "
+                                   "method='lapack'", method="lobpcg", residual=float(jnp.max(excess)), tol=1.0,
+                                   iterations=maxiter)
+        return w, V, nxt
+    bad = ~(excess <= 1)
+    return jnp.where(bad[..., None], jnp.nan, w), jnp.where(bad[..., None, None], jnp.nan, V), nxt
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5, 6))
+def _eigsh(A, k, largest, cluster_rtol, broadening, method="lapack", maxiter=None):
+    if method == "lobpcg":
+        return _lobpcg(A, k, largest, 500 if maxiter is None else int(maxiter))
     return _forward(A, k, largest)
 
 
 @_eigsh.defjvp
-def _eigsh_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
+def _eigsh_jvp(k, largest, cluster_rtol, broadening, method, maxiter, primals, tangents):
     A, = primals
     dA, = tangents
-    w, V, nxt = outputs = _eigsh(A, k, largest, cluster_rtol, broadening)
+    w, V, nxt = outputs = _eigsh(A, k, largest, cluster_rtol, broadening, method, maxiter)
     env = dict(A=A, w=w, V=V, dA=dA, cluster_rtol=cluster_rtol, broadening=broadening)
     dw, dV = through_cut("eigsh", k, largest, "eigenvalue", cut(w, nxt, cluster_rtol),
                          _rt.jvp(RULES, env, ("gw", "gV")))
     return outputs, (dw, dV, jnp.zeros_like(nxt))
 
 
-def eigsh(A, k: int, B=None, *, largest: bool = True, cluster_rtol=None, broadening=None):
+def eigsh(A, k: int, B=None, *, largest: bool = True, method: str = "lapack", maxiter=None, cluster_rtol=None,
+          broadening=None):
     """The ``k`` largest (or smallest) eigenpairs of Hermitian ``A`` (with ``B``: of ``A v = w B v``,
     ``V^H B V = I``), as :func:`adjointgen.torch.eigsh` for dense ``A``.
 
@@ -142,6 +189,11 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, cluster_rtol=None, broaden
         B: optional Hermitian positive definite ``(..., n, n)`` (the generalized problem, differentiated
             in ``A`` and ``B`` by ``derivations/eigsh_generalized.py``).
         largest: the ``k`` largest eigenvalues, descending; else the smallest, ascending.
+        method: ``"lapack"`` (the default: LAPACK's subset solver on the host, any ``k``, real or
+            complex) or ``"lobpcg"`` (``jax.experimental.sparse.linalg.lobpcg_standard`` on the
+            device: jittable with no host round trip, a GPU's path; real ``A`` without ``B``,
+            ``5 (k + 1) < n``; unconverged pairs raise ``ConvergenceError``, NaN under ``jit``).
+        maxiter: LOBPCG's iteration limit (default 500).
         cluster_rtol, broadening: as :func:`adjointgen.jax.eigh`.
 
     Returns:
@@ -158,7 +210,11 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, cluster_rtol=None, broaden
         ValueError: wrong shape, NaN/Inf, ``k`` out of range, ``B`` not positive definite (outside
             ``jit``).
     """
+    if method not in ("lapack", "lobpcg"):
+        raise ValueError(f"eigsh: method must be 'lapack' or 'lobpcg', got {method!r}")
     if B is not None:
+        if method != "lapack":
+            raise ValueError("eigsh: the generalized problem (B) takes method='lapack'")
         A, B = _rt.inputs("eigsh", (("A", A), ("B", B)), square=(True, True), complex_ok=True)
         if A.shape[-1] != B.shape[-1]:
             raise ValueError(f"eigsh: A and B must have one size, got {A.shape} and {B.shape}")
@@ -168,5 +224,5 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, cluster_rtol=None, broaden
         return w, V
     A, = _rt.inputs("eigsh", (("A", A),), square=(True,), complex_ok=True)
     k = check_k("eigsh", k, A.shape[-1], "n")
-    w, V, _ = _eigsh(_rt.symmetrized(A), k, bool(largest), cluster_rtol, broadening)
+    w, V, _ = _eigsh(_rt.symmetrized(A), k, bool(largest), cluster_rtol, broadening, method, maxiter)
     return w, V
