@@ -221,7 +221,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     return _H(L) if upper else L
 
 
-def _as_matrix_rhs(a, b, op):
+def _as_matrix_rhs(a, b):
     """``(b as (..., n, k), whether it was a vector)``: a 1-d ``b`` is one right-hand side, as
     ``jax.numpy.linalg.solve`` has it (NumPy 2 semantics)."""
     b = jnp.asarray(b)
@@ -234,7 +234,7 @@ def solve(a, b):
     """``x`` with ``a x = b``, as ``jax.numpy.linalg.solve``: ``b`` of shape ``(..., n, k)``, or
     ``(n,)`` for one right-hand side (batch dimensions broadcast; ``derivations/solve.py``)."""
     a = jnp.asarray(a)
-    B, vector = _as_matrix_rhs(a, b, "solve")
+    B, vector = _as_matrix_rhs(a, b)
     X = _solve.solve(a, B)
     return X[..., 0] if vector else X
 
@@ -258,7 +258,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         T = jnp.swapaxes(T, -1, -2)
         T = jnp.conj(T) if trans == 2 else T
         lower = not lower
-    B, vector = _as_matrix_rhs(a, b, "solve_triangular")
+    B, vector = _as_matrix_rhs(a, b)
     if lower:
         X = _solve_triangular.solve_triangular(T, B)
     else:  # J T J is lower triangular: (J T J)(J x) = J b
@@ -273,7 +273,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     ``resid`` the squared residual norms (``numpy_resid=True``: NumPy's, empty unless ``a`` is
     tall and of full rank)."""
     a = jnp.asarray(a)
-    B, vector = _as_matrix_rhs(a, b, "lstsq")
+    B, vector = _as_matrix_rhs(a, b)
     m, n = a.shape[-2:]
     s = svdvals(a)
     cutoff = (jnp.finfo(s.dtype).eps * max(m, n)) if rcond is None else rcond
