@@ -86,10 +86,11 @@ TORCH = ArrayPrinter(
         "transpose": "{0}.mT",
         "add": None,
         "scale": "{coeff} * {0}",
-        # one copy of the matrix with the diagonal replaced; no n x n diagonal matrix is formed
-        "add_diag": "torch.diagonal_scatter({0}, {0}.diagonal(dim1=-2, dim2=-1) + {1}, dim1=-2, dim2=-1)",
-        "scale_rows": "{0}.unsqueeze(-1) * {1}",
-        "scale_cols": "{0} * {1}.unsqueeze(-2)",
+        # at a cluster, a second derivative moves the values of v(d) as a block (runtime.value_blocks);
+        # add_diag: one copy of the matrix with the diagonal replaced, no n x n diagonal matrix formed
+        "add_diag": "_pairwise.add_diag({0}, {1})",
+        "scale_rows": "_pairwise.scale_rows({0}, {1})",
+        "scale_cols": "_pairwise.scale_cols({0}, {1})",
         "diag_mul": "{0} * {1}",
         "diagonal": "{0}.diagonal(dim1=-2, dim2=-1)",
         "diag_matmul": "({0}.mT * {1}).sum(-2)",

@@ -35,6 +35,7 @@ the JVP, whose shifted solve becomes the same projected solve of ``gV`` as in th
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from ..generated.torch import eigsh_generalized as rules_generalized
 from ..runtime import checks as _checks
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
+from ..runtime import value_blocks as _value_blocks
 from ..runtime.eigsolvers import partial_eigh
 from ..runtime.gauge import DegenerateSubspaceError
 from ..runtime.linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
@@ -191,6 +193,21 @@ def _backward(ctx, w, V, A, B, params, gw, gV):
     V, gw, gV = _cluster_checks(generalized, w, V, gw, gV)
     args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
     module = rules_generalized if generalized else rules
+    # a second derivative at a cluster moves its eigenvalues as a block (runtime.value_blocks)
+    block = _value_blocks.declared("eigsh_generalized" if generalized else "eigsh", dict(w=w, V=V, A=A, B=B)) \
+        if _gauge.enabled() and _degeneracy.has_clusters(w) else contextlib.nullcontext()
+    with block:
+        gw, extra = _value_blocks.loss_curvature(gw)
+        gw, gV = _value_blocks.cut(gw), _value_blocks.cut(gV)
+        args = (*args[:-2], gw, gV)
+        out = _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV)
+    if extra is not None:
+        extra = (*extra, None)[:2]  # (A,) or (A, B)
+        out = (out[0], *(g if g is None or e is None else g + e for g, e in zip(out[1:3], extra)), *out[3:])
+    return out
+
+
+def _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV):
     if V.is_complex():
         return _complex_backward(ctx, spec, module, generalized, args, A, B, params, w, V, gw, gV)
     with solve_options(tol=backward_tol(spec.tol, w.dtype), aid=ctx.aid):

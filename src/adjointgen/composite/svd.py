@@ -9,12 +9,24 @@ from ..generated.torch import svd as thin
 from ..generated.torch import svd_complement as complement
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
+from ..runtime import value_blocks as _value_blocks
 
 
-def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None):
+def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
     check = _gauge.enabled()
     if check:
         U, V, gS, gU, gV = _degeneracy.complete("svd", S, (U, V), gS, (gU, gV), rtol, what="singular values")
+    if not (check and A is not None and _degeneracy.has_clusters(S, rtol)):
+        return _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check)
+    # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)
+    with _value_blocks.declared("svd", dict(U=U, S=S, V=V, A=A), rtol):
+        gS, extra = _value_blocks.loss_curvature(gS)
+        gU, gV, gU2 = (_value_blocks.cut(g) for g in (gU, gV, gU2))
+        gA = _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check)
+    return gA if extra is None else gA + extra[0]
+
+
+def _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check):
     if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
         basis = complement.svd_complement_gauge_basis_complex if U.is_complex() else complement.svd_complement_gauge_basis
         _gauge.check_basis("svd", basis(U2, gU2), gU2)
@@ -58,22 +70,22 @@ class SvdFullFunction(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         A, = inputs
         ctx.tall = A.shape[-2] >= A.shape[-1]
-        ctx.save_for_backward(*output)
+        ctx.save_for_backward(*output, A)
         ctx.save_for_forward(*output)
 
     @staticmethod
     def backward(ctx, gU, gS, gVh):
-        U, S, Vh = ctx.saved_tensors
+        U, S, Vh, A = ctx.saved_tensors
         gU = torch.zeros_like(U) if gU is None else gU
         gS = torch.zeros_like(S) if gS is None else gS
         gVh = torch.zeros_like(Vh) if gVh is None else gVh
         k = S.shape[-1]
         if ctx.tall:  # U = [U1 U2], Vh square
-            return _tall_vjp(U[..., :k], S, Vh.mH, U[..., k:], gU[..., :k], gS, gVh.mH, gU[..., k:])
+            return _tall_vjp(U[..., :k], S, Vh.mH, U[..., k:], gU[..., :k], gS, gVh.mH, gU[..., k:], A=A)
         # wide: A^H = V S U^H with V = [V1 V2] tall; U square
         V = Vh.mH
         gV = gVh.mH
-        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:]).mH
+        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:], A=A.mH).mH
 
     @staticmethod
     def jvp(ctx, dA):

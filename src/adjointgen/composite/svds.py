@@ -25,6 +25,7 @@ import torch
 from ..generated.torch import svds as rules
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
+from ..runtime import value_blocks as _value_blocks
 from ..runtime.eigsolvers import partial_eigh
 from ..runtime.linear_operator import LinearOperator
 from ..runtime.solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
@@ -152,7 +153,14 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
         _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), None, gU, gV, what="singular values", values=S)
     gram = ctx.gram if ctx.gram is not None and ctx.gram.shape == (A.shape[-1],) * 2 else None
     with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
-        return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
+        if not (_gauge.enabled() and _degeneracy.has_clusters(S)):
+            return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
+        # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)
+        with _value_blocks.declared("svds", dict(U=U, S=S, V=V, A=A)):
+            gS, extra = _value_blocks.loss_curvature(gS)
+            gU, gV = _value_blocks.cut(gU), _value_blocks.cut(gV)
+            gA = rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
+        return gA if extra is None else gA + extra[0]
 
 
 def _left_vectors(A, V, S):

@@ -288,6 +288,11 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
         if split is not None:
             g = split  # complex values (eig): their complex differences
             level = g.abs().amax(-1, keepdim=True).unsqueeze(-1)
+            if norms is not None and values is not None and values.shape[-1]:
+                # the size of the whole gradient in the units of g (vectors are unit-free): rounding of
+                # the vectors' terms that reaches g (a second backward's cancellations) is not a split
+                size = values.abs().amax(-1, keepdim=True).clamp_min(tiny)
+                level = level + (norms.amax(-1, keepdim=True) / size).unsqueeze(-1)
             spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs()
             bad_split = clusters & (spread > max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny)
         if not bool((bad_basis | bad_split).any()):
@@ -559,7 +564,10 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
             g = gdf[b].index_select(0, idx)
             level = float(g.detach().abs().max())
             spread = float((g.detach() - g.detach().mean()).abs().max())
-            if spread <= max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny:
+            # with the size of the vectors' cotangents in the units of gd (as :func:`check`)
+            whole = level + max((float(torch.linalg.vector_norm(G[b].detach(), dim=-2).max()) for G in gflat),
+                                default=0.0) / max(float(dflat[b].abs().max()), tiny)
+            if spread <= max(math.sqrt(eps), 100 * default_rtol(real)) * whole + tiny:
                 continue  # the block is a multiple of the identity: the rule's own answer
             S = 0
             for X, G in zip(flat, gflat):
@@ -586,9 +594,11 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
                     f"determine; only symmetric functions of a cluster (their sum, the projector onto it), "
                     f"functions of V diag(f(w)) V^H, and adjointgen.torch.funm are differentiable at a cluster. "
                     f"In a second derivative (gradgradcheck, the gradient of a gradient) the loss is the first "
-                    f"derivative, which depends on the cluster this way for every loss but symmetric functions of "
-                    f"its values: second derivatives at a cluster are exact only for those (and for "
-                    f"adjointgen.torch.funm). "
+                    f"derivative: at a cluster it is exact for invariant losses of eigh, eigh(A, B), eigsh, svd "
+                    f"and svds of dense matrices, and for adjointgen.torch.funm; a loss with "
+                    f"its own second derivative in the cluster's values (sum(w**2)) needs reverse over reverse "
+                    f"by torch.autograd.grad(create_graph=True) or torch.func.vjp(torch.func.grad(f)), not "
+                    f"jacrev of jacrev. "
                     f"Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), use "
                     f"broadening= for a biased finite surrogate, or disable the check with "
                     f"adjointgen.runtime.gauge.set_enabled(False)")
@@ -645,7 +655,7 @@ def check_cut(op: str, k: int, largest: bool, values, split, cotangents, what: s
 class _Options:
     """Opaque non-tensor arguments of :class:`_Complete` (not flattened by the transforms)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "changed")
 
     def __init__(self, values):
         self.values = values
@@ -653,23 +663,37 @@ class _Options:
 
 class _Complete(torch.autograd.Function):
     """:func:`complete` under ``vmap``: its ``vmap`` rule makes the batch dimension a batch
-    dimension of plain tensors, where the clusters are found and re-expressed per matrix.  The
-    re-expressed cotangents are not differentiated further (second derivatives at a cluster under
-    ``vmap`` are not available)."""
+    dimension of plain tensors, where the clusters are found and re-expressed per matrix.  Where
+    nothing was re-expressed it is the identity, and so is its derivative; re-expressed cotangents
+    are not differentiated further: a second derivative through them raises (second derivatives
+    at a cluster of a loss through ``V f(D) V^H`` under ``vmap`` are not available)."""
 
     @staticmethod
     def forward(options, d, gd, *rest):
         op, k, rtol, broadening, what = options.values
         out = complete(op, d, rest[:k], gd, rest[k:], rtol, broadening, what)
+        options.changed = any(not any(t is x for x in (d, gd, *rest)) for t in out)
         return tuple(t.clone() if any(t is x for x in (d, gd, *rest)) else t for t in out)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.mark_non_differentiable(*output)
+        options = inputs[0]
+        ctx.op = options.values[0]
+        ctx.changed = getattr(options, "changed", True)
+        ctx.k = options.values[1]
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError("second derivatives through a cluster's completion under vmap are not available")
+        if ctx.changed:
+            from .gauge import DegenerateSubspaceError
+
+            raise DegenerateSubspaceError(
+                f"{ctx.op}: a second derivative under vmap (jacrev of a gradient) through a cluster whose "
+                "loss goes through V f(D) V^H is not available; take it without vmap (torch.autograd.grad "
+                "of the gradient, or torch.func.vjp of torch.func.grad)")
+        k = ctx.k
+        gvec, ggd, gcot = grads[:k], grads[k], grads[k + 1:]
+        return (None, None, ggd, *gvec, *gcot)
 
     @staticmethod
     def vmap(info, in_dims, options, d, gd, *rest):

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import degeneracy, gauge
+import contextlib
+
+from . import degeneracy, gauge, value_blocks
 from .rules import Call, Residual, Rules
 
 __all__ = ["Call", "Residual", "Rules", "for_data", "jvp", "vjp"]
@@ -120,6 +122,23 @@ def _floor(residuals: tuple[Residual, ...], env: dict):
     return None
 
 
+_nothing = contextlib.nullcontext
+
+
+def _loss_curvature(op: str, env: dict, residuals: tuple[Residual, ...]) -> dict | None:
+    """Inside a declared value block: the value cotangent's own derivative, split as
+    :func:`value_blocks.loss_curvature` does (``env`` updated), and the terms it adds to the input
+    cotangents by name (``None`` when there are none)."""
+    block = value_blocks.BLOCKS.get(op)
+    for r in residuals:
+        if block is not None and r.vector == block.values and r.split is not None:
+            env[r.split], extra = value_blocks.loss_curvature(env[r.split])
+            for name in {r.split, *(c for q in residuals for c in q.cotangents)}:
+                env[name] = value_blocks.cut(env[name])
+            return None if extra is None else {"g" + name: term for name, term in zip(block.inputs, extra)}
+    return None
+
+
 def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...]) -> tuple:
     env = dict(env)
     rtol = env.get("cluster_rtol")
@@ -130,7 +149,12 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
             out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
             env.update(zip((*r.completes, r.split, *gs), out))
-    values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
+    with value_blocks.declared(rules.op, env, rtol) if broadening is None else _nothing():
+        extra = _loss_curvature(rules.op, env, residuals) if broadening is None else None
+        values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
+    if extra is not None:
+        for name, term in extra.items():
+            values[name] = values[name] + term
     floor = _floor(residuals, env)
     for r in residuals:
         cotangents = tuple(env[c] for c in r.cotangents)

@@ -14,7 +14,10 @@ also in second derivatives, is decided here:
   raises when its tangent splits a cluster, whose block the mask would drop;
 - :func:`divided_by_gaps`: ``X / (v_i - v_j)`` (zero diagonal) or ``X / (v_i + v_j)`` in one
   division, when no pair is close (:func:`adjointgen.runtime.degeneracy.pairs_apart`), so ``F`` is
-  never formed.
+  never formed;
+- :func:`times`, :func:`scale_rows`, :func:`scale_cols`, :func:`add_diag` (from
+  :mod:`~adjointgen.runtime.value_blocks`): ``F ∘ X``, ``diag(v) X``, ``X diag(v)`` and
+  ``X + diag(v)``, whose second derivative at a cluster moves the cluster's values as a block.
 
 The NumPy/CuPy backend's counterparts are :func:`adjointgen.runtime.xp.quotient` and
 :func:`adjointgen.runtime.xp.masked_quotient`.
@@ -24,8 +27,10 @@ from __future__ import annotations
 import torch
 
 from .degeneracy import check_tangent, negligible
+from .value_blocks import add_diag, scale_cols, scale_rows, times
 
-__all__ = ["check_tangent", "divided_by_gaps", "masked_quotient", "operands", "quotient"]
+__all__ = ["add_diag", "check_tangent", "divided_by_gaps", "masked_quotient", "operands", "quotient", "scale_cols",
+           "scale_rows", "times"]
 
 
 def operands(d: torch.Tensor):

@@ -51,7 +51,24 @@ def _is_dense(x) -> bool:
 
 
 def shifted_solve(A, B, U, d, X):
-    """``S(X)`` for dense tensors (batched), torch sparse matrices or :class:`LinearOperator`."""
+    """``S(X)`` for dense tensors (batched), torch sparse matrices or :class:`LinearOperator`.
+
+    Inside a declared block of the values ``d`` (a second derivative at a cluster,
+    :mod:`~adjointgen.runtime.value_blocks`) the derivative in ``d`` goes through the block:
+    column ``i`` moves with ``d_i`` as ``S(B S(X))_i``, one more solve (times ``d_i'`` where the
+    shifts are a function of the values, ``S_i^2`` in the partial SVD's)."""
+    from .value_blocks import active_for, block_term, shift_derivative
+
+    active, dshift = active_for(d), None
+    if active is None:
+        active, dshift = shift_derivative(d)
+    if active is not None:
+        fixed = d.detach()
+        Y = shifted_solve(A, B, U, fixed, X)
+        with torch.no_grad():
+            D = shifted_solve(A, B, U, fixed, Y if B is None else B @ Y)
+            D = D if dshift is None else D * dshift.unsqueeze(-2).to(D.dtype)
+        return Y + block_term(D, active)
     opts = _options.get()
     n = U.shape[-2]
     dense = _is_dense(A) and (B is None or _is_dense(B))
