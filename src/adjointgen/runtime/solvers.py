@@ -95,6 +95,10 @@ def _iterative(A, B, U, d, X, opts):
     opB = None if B is None else (B if isinstance(B, LinearOperator) else as_operator(B))
     BU = U if opB is None else opB.matmul(U)
     R = X - BU @ (U.mH @ X)  # P X
+    # twice: a column of X (nearly) inside span(U) (a loss on the vectors of an eigenvector that is
+    # constant, say) leaves rounding of size eps |X| along U after one projection, which no solve
+    # in the complement can match (the relative residual then stalls or the iterate blows up)
+    R = R - BU @ (U.mH @ R)
     tol = opts.get("tol", default_tol(X.dtype))
     preconditioner = None
     aid = opts.get("aid")
