@@ -226,3 +226,25 @@ def test_partial_and_full_svd_at_a_cluster(kind, dtype, gap):
     else:
         f = lambda X: loss(*agt.svd(X, full_matrices=True))  # noqa: E731
     _close(_autograd_hvp(f, A, E), _richardson_hvp(f, A, E), kind)
+
+
+@pytest.mark.parametrize("op", ["eigh", "svd"])
+def test_float32_and_batched_at_a_cluster(op):
+    # a batch of two matrices with the cluster (2, 2), in float32 against float64: the block's
+    # entrywise derivatives are recognised at float32's rounding too
+    g = torch.Generator().manual_seed(11)
+    Q = torch.linalg.qr(torch.randn(2, 5, 5, dtype=f64, generator=g))[0]
+    A = (Q * torch.tensor([1.0, 2.0, 2.0, 3.0, 4.0], dtype=f64)) @ Q.mT
+    G = _herm(torch.randn(5, 5, dtype=f64, generator=g))
+    E = _herm(torch.randn(2, 5, 5, dtype=f64, generator=g))
+    if op == "eigh":  # ascending: the cluster is 1:3
+        f = lambda X: (lambda w, V: ((V[..., 1:3] @ V[..., 1:3].mT) * G.to(X.dtype)).sum() + (w ** 2).sum())(  # noqa: E731
+            *agt.eigh(X))
+    else:  # descending: the cluster is 2:4
+        f = lambda X: (lambda U, S, Vh: ((U[..., 2:4] @ U[..., 2:4].mT) * G.to(X.dtype)).sum() + (S ** 3).sum())(  # noqa: E731
+            *agt.svd(X))
+    want = _autograd_hvp(f, A, E)
+    _close(want, _richardson_hvp(f, A, E), "float64")
+    got = _autograd_hvp(f, A.float(), E.float()).double()
+    err = float((got - want).abs().max() / want.abs().max())
+    assert err < 1e-4, f"float32: relative error {err:.1e}"
