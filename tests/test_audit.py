@@ -9,6 +9,7 @@ from adjointgen.audit import AuditError, audit
 from adjointgen.codegen import generate as gen
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 @pytest.mark.parametrize("name", gen.derivation_names(gen.find_root(__file__)))
 def test_every_derivation_passes_its_audit(root, name):
     d = gen.load_derivation(root, name)

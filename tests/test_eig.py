@@ -220,6 +220,7 @@ def test_numpy_rules_match_torch():
     np.testing.assert_allclose(gn, g.numpy(), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_jax():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)

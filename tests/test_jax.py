@@ -96,6 +96,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 @pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_check_grads_second_order_both_modes(name, complex_):
@@ -242,6 +243,7 @@ def test_broadening_gives_a_finite_surrogate_and_turns_the_check_off():
 
 
 # ------------------------------------------------------------------ transforms, dtypes, shapes
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_every_transform():
     H = _herm(4)
     f = lambda A: agj.eigh(A)[0]  # noqa: E731
@@ -354,6 +356,7 @@ def test_matrix_function_aliases_match_scipy_and_check_grads():
 
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_eigsh_values_gradients_and_transforms():
     rng = np.random.default_rng(5)
     for complex_ in (False, True):
@@ -406,6 +409,7 @@ def test_eigsh_clusters_and_cuts():
     assert bool(jnp.isnan(jax.jit(jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2)[0])))(A)).all())
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_svds_values_gradients_and_cuts():
     rng = np.random.default_rng(7)
     W = jnp.asarray(rng.standard_normal((8, 5)))

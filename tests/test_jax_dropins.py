@@ -95,6 +95,7 @@ def test_eigh_with_b_is_the_generalized_problem_jax_lacks():
     check_grads(lambda a, b: jnp.sum(agj.eigh(a, b, eigvals_only=True) ** 2), (H4, B4), order=1, modes=("rev",))
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 @pytest.mark.parametrize("shape", [(6, 3), (3, 6), (4, 4)], ids=["tall", "wide", "square"])
 @pytest.mark.parametrize("complex_", [False, True])
 def test_full_svd_complement_span_exact_basis_raises(shape, complex_):
@@ -129,6 +130,7 @@ def test_full_svd_complement_span_exact_basis_raises(shape, complex_):
     jax.grad(lambda A: jnp.abs(agj.svd(A, full_matrices=False)[0][0, 0]) ** 2)(A)
 
 
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_transforms_through_the_dropins():
     A = jnp.stack([A4, A4 + 0.1 * arr(4, 4)])
     f = lambda a: jnp.sum(agj.solve(a, b4) ** 2) + jnp.sum(agj.lstsq(a, b4)[0]) + agj.slogdet(a).logabsdet  # noqa: E731
@@ -153,6 +155,7 @@ def test_bad_arguments_raise():
 
 
 # ---------------------------------------------------------------- eigsh(A, k, B)
+@pytest.mark.slow  # heavy (JAX compiles or a whole-catalogue audit): CI's slow step
 def test_eigsh_generalized_values_gradients_and_errors():
     import scipy.linalg
 
