@@ -34,7 +34,6 @@ def _rank_main(N: int, k: int, out: str):
     import petsc4py
 
     petsc4py.init([])
-    import torch
     from petsc4py import PETSc
 
     sys.path.insert(0, str(ROOT / "tests" / "petsc"))

@@ -33,7 +33,7 @@ ALLOWED = {
     "torch": {"composite", "generated", "runtime", "codegen"},  # codegen: funm compiles a user's f
     "cupy": {"(root)", "generated"},
     "jax": {"(root)", "composite", "generated", "runtime", "codegen"},  # codegen: funm compiles a user's f
-    "petsc": {"runtime"},  # distributed eigsh: SLEPc forward, the eigsh rule's backward on PETSc
+    "petsc": {"generated", "runtime"},  # distributed eigsh: SLEPc forward, the generated eigsh rules on PETSc
     "testing": {"runtime", "torch"},
     "divided_reference": {"runtime", "codegen"},
     "reference": {"calculus", "audit", "project"},

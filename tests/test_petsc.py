@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import adjointgen.torch as agt
 

@@ -2,10 +2,10 @@
 
 ``adjointgen.petsc.eigsh`` computes ``k`` eigenpairs of a sparse symmetric ``A`` (or of the
 pencil ``(A, B)``, ``B`` symmetric positive definite) whose rows are distributed over MPI ranks,
-with SLEPc's eigensolvers, and differentiates them with the partial-eigenproblem rules of
-``derivations/eigsh.py``: the eigenvalues' and the kept subspace's part from ``k x k`` products
-(reduced over the ranks), and the part outside the kept subspace from one projected shifted
-solve per pair,
+with SLEPc's eigensolvers, and differentiates them with the generated NumPy rules of
+``derivations/eigsh.py`` (``eigsh_vjp_factors``, its gauge residual) run on this rank's rows: a
+product that contracts the distributed dimension (``V^T gV``) is summed over the ranks
+(:class:`_Rows`), and the rules' projected shifted solve,
 
     (A - w_i B) z_i = (I - B U U^T) g_i,   U^T B z_i = 0,
 
@@ -403,17 +403,70 @@ def _shifted_solves(fw: _Forward, R: np.ndarray) -> np.ndarray:
     return Z
 
 
+class _Rows(np.ndarray):
+    """This rank's rows of a matrix distributed by rows (``transposed``: of its transpose), for the
+    generated NumPy rules: a ``matmul`` that contracts the distributed dimension (``V^T gV``) is
+    summed over the ranks and replicated; other products and elementwise operations stay local."""
+
+    def __new__(cls, array, mpi, transposed=False):
+        out = np.asarray(array).view(cls)
+        out.mpi, out.transposed = mpi, transposed
+        return out
+
+    def __array_finalize__(self, obj):
+        self.mpi = getattr(obj, "mpi", None)
+        self.transposed = getattr(obj, "transposed", False)
+
+    def swapaxes(self, a, b):
+        return _Rows(np.asarray(self).swapaxes(a, b), self.mpi, not self.transposed)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        tagged = [x for x in inputs if isinstance(x, _Rows)]
+        plain = [np.asarray(x) if isinstance(x, _Rows) else x for x in inputs]
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if ufunc is np.matmul and method == "__call__":
+            a, b = inputs
+            kind = (None if not isinstance(a, _Rows) else a.transposed, None if not isinstance(b, _Rows) else b.transposed)
+            if kind == (True, False):
+                return self.mpi.allreduce(result)  # (V^T gV): summed over the ranks
+            if kind == (False, None):  # rows @ (k x m): local rows
+                return _Rows(result, self.mpi)
+            if kind == (None, True):  # (m x k) @ rows^T
+                return _Rows(result, self.mpi, True)
+            raise ValueError("adjointgen.petsc: a product that mixes distributed and local dimensions")
+        return _Rows(result, self.mpi, tagged[0].transposed) if np.ndim(result) else result
+
+
+class _Operator:
+    """``A`` (and ``B``) of a distributed problem for the generated rules: it solves the rules'
+    projected shifted systems on PETSc (:func:`adjointgen.runtime.xp.shifted_solve` defers to it)."""
+
+    def __init__(self, fw: _Forward):
+        self.fw = fw
+
+    def projected_shifted_solve(self, B, U, w, X):
+        """``S(X)``: ``(A - w_i B) s_i = Q^T x_i`` on ``U^T B s_i = 0`` (``Q^T = I - B U U^T``)."""
+        fw = self.fw
+        mpi = fw.cfg.pattern.mpi
+        X = np.asarray(X)
+        R = X - fw.BU @ mpi.allreduce(fw.U.T @ X)
+        R = R - fw.BU @ mpi.allreduce(fw.U.T @ R)  # twice (rounding along U no solve can match)
+        return _Rows(_shifted_solves(fw, R), mpi)
+
+
 def _backward(fw: _Forward, gw: np.ndarray, gU: np.ndarray):
-    """``(L_A, L_B)``: ``gA = sym(L_A U^T)``, ``gB = sym(L_B U^T)`` (the rules of derivations/eigsh.py)."""
-    cfg, U, BU, w = fw.cfg, fw.U, fw.BU, fw.w
+    """``(L_A, L_B)`` with ``gA = sym(L_A U^T)`` (``gB`` likewise): the generated rules'
+    ``vjp_factors`` (``derivations/eigsh.py``), whose right factors are ``U``, after the checks."""
+    from .generated.cupy import eigsh as rules
+    from .generated.cupy import eigsh_generalized as rules_generalized
+
+    cfg, w = fw.cfg, fw.w
     mpi = cfg.pattern.mpi
     k = cfg.k
     gw = mpi.allreduce(gw)  # the sum of the ranks' losses
-    M = mpi.allreduce(U.T @ gU)  # U^T gU
-    colnorms = np.sqrt(mpi.allreduce((gU * gU).sum(0)))
-    wt = torch.from_numpy(w)
-    mask = _degeneracy.cluster_mask(wt)
+    U, gV = _Rows(fw.U, mpi), _Rows(gU, mpi)
     if _gauge.enabled():
+        colnorms = np.sqrt(mpi.allreduce((gU * gU).sum(0)))
         if fw.w_next is not None:
             values = torch.from_numpy(np.append(w, fw.w_next))
             close = _degeneracy.cluster_mask(values)[-1, :-1]
@@ -421,21 +474,18 @@ def _backward(fw: _Forward, gw: np.ndarray, gU: np.ndarray):
             if split:
                 _degeneracy.check_cut("adjointgen.petsc.eigsh", k, cfg.largest, values[:k], split,
                                       (torch.from_numpy(gw), torch.from_numpy(colnorms)))
-        Mt = torch.from_numpy(M)
-        residual = mask.to(Mt.dtype) * 0.5 * (Mt - Mt.T)
-        _degeneracy.check("adjointgen.petsc.eigsh", residual, mask, torch.from_numpy(gw),
+        residual = (rules_generalized.eigsh_generalized_gauge_clusters if fw.B is not None
+                    else rules.eigsh_gauge_clusters)(w, U, gV)
+        wt = torch.from_numpy(w)
+        _degeneracy.check("adjointgen.petsc.eigsh", torch.from_numpy(np.asarray(residual)),
+                          _degeneracy.cluster_mask(wt), torch.from_numpy(gw),
                           torch.from_numpy(colnorms).reshape(1, k), values=wt)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gaps = w[None, :] - w[:, None]  # (j, i): w_i - w_j
-        E = np.where(mask.numpy() | np.eye(k, dtype=bool), 0.0, M / gaps)
-    R = gU - BU @ M
-    R = R - BU @ mpi.allreduce(U.T @ R)  # twice (rounding along U no solve can match)
-    Z = _shifted_solves(fw, R)
-    L_A = U @ (np.diag(gw) + E) - Z
-    L_B = None
-    if fw.B is not None:
-        L_B = -U @ (np.diag(gw * w) + E * w[None, :] + 0.5 * np.diag(np.diag(M))) + Z * w[None, :]
-    return L_A, L_B
+    A = _Operator(fw)
+    if fw.B is None:
+        L_A, _ = rules.eigsh_vjp_factors(A, w, U, gw, gV)
+        return np.asarray(L_A), None
+    L_A, _, L_B, _ = rules_generalized.eigsh_generalized_vjp_factors(A, A, w, U, gw, gV)
+    return np.asarray(L_A), np.asarray(L_B)
 
 
 class _EigshFunction(torch.autograd.Function):

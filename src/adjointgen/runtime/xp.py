@@ -259,7 +259,11 @@ def check_spectrum(xp, name: str, w, program, options=()):
 def shifted_solve(xp, A, B, U, w, X):
     """The projected shifted solve ``S(X)`` of the generated rules, for dense NumPy/CuPy arrays:
     column ``i`` solves the bordered system ``[[A - w_i B, B U], [(B U)^T, 0]] [s; l] = [x_i; 0]``
-    (one batched ``xp.linalg.solve``; memory ``k (n + k)^2``).  ``B`` is ``None`` for the identity."""
+    (one batched ``xp.linalg.solve``; memory ``k (n + k)^2``).  ``B`` is ``None`` for the identity.
+    An operator ``A`` with a method ``projected_shifted_solve(B, U, w, X)`` solves its own (the
+    distributed matrices of :mod:`adjointgen.petsc`)."""
+    if hasattr(A, "projected_shifted_solve"):
+        return A.projected_shifted_solve(B, U, w, X)
     n, k = U.shape[-2], U.shape[-1]
     BU = U if B is None else xp.matmul(B, U)
     eye = xp.eye(n, dtype=X.dtype)
