@@ -35,7 +35,6 @@ the JVP, whose shifted solve becomes the same projected solve of ``gV`` as in th
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
 from dataclasses import dataclass
@@ -194,17 +193,14 @@ def _backward(ctx, w, V, A, B, params, gw, gV):
     args = (opA, opB, w, V, gw, gV) if generalized else (opA, w, V, gw, gV)
     module = rules_generalized if generalized else rules
     # a second derivative at a cluster moves its eigenvalues as a block (runtime.value_blocks)
-    block = _value_blocks.declared("eigsh_generalized" if generalized else "eigsh", dict(w=w, V=V, A=A, B=B)) \
-        if _gauge.enabled() and _degeneracy.has_clusters(w) else contextlib.nullcontext()
-    with block:
-        gw, extra = _value_blocks.loss_curvature(gw)
-        gw, gV = _value_blocks.cut(gw), _value_blocks.cut(gV)
+    if not (_gauge.enabled() and _degeneracy.has_clusters(w)):
+        return _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV)
+    with _value_blocks.second_order("eigsh_generalized" if generalized else "eigsh", dict(w=w, V=V, A=A, B=B),
+                                    gw, (gV,)) as prepared:
+        gw, (gV,) = prepared.values_cotangent, prepared.cotangents
         args = (*args[:-2], gw, gV)
         out = _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV)
-    if extra is not None:
-        extra = (*extra, None)[:2]  # (A,) or (A, B)
-        out = (out[0], *(g if g is None or e is None else g + e for g, e in zip(out[1:3], extra)), *out[3:])
-    return out
+    return (out[0], *prepared.add(out[1:3]), *out[3:])
 
 
 def _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV):

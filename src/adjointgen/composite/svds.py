@@ -156,11 +156,10 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
         if not (_gauge.enabled() and _degeneracy.has_clusters(S)):
             return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
         # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)
-        with _value_blocks.declared("svds", dict(U=U, S=S, V=V, A=A)):
-            gS, extra = _value_blocks.loss_curvature(gS)
-            gU, gV = _value_blocks.cut(gU), _value_blocks.cut(gV)
+        with _value_blocks.second_order("svds", dict(U=U, S=S, V=V, A=A), gS, (gU, gV)) as prepared:
+            gS, (gU, gV) = prepared.values_cotangent, prepared.cotangents
             gA = rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
-        return gA if extra is None else gA + extra[0]
+        return prepared.add((gA,))[0]
 
 
 def _left_vectors(A, V, S):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import contextlib
-
 from . import degeneracy, gauge, value_blocks
 from .rules import Call, Residual, Rules
 
@@ -122,21 +120,15 @@ def _floor(residuals: tuple[Residual, ...], env: dict):
     return None
 
 
-_nothing = contextlib.nullcontext
-
-
-def _loss_curvature(op: str, env: dict, residuals: tuple[Residual, ...]) -> dict | None:
-    """Inside a declared value block: the value cotangent's own derivative, split as
-    :func:`value_blocks.loss_curvature` does (``env`` updated), and the terms it adds to the input
-    cotangents by name (``None`` when there are none)."""
+def _second_order(op: str, env: dict, residuals: tuple[Residual, ...], rtol):
+    """:func:`value_blocks.second_order` around a rule call: the value cotangent (the split of the
+    residual on values) and every cotangent the residuals read, replaced in ``env``."""
     block = value_blocks.BLOCKS.get(op)
-    for r in residuals:
-        if block is not None and r.vector == block.values and r.split is not None:
-            env[r.split], extra = value_blocks.loss_curvature(env[r.split])
-            for name in {r.split, *(c for q in residuals for c in q.cotangents)}:
-                env[name] = value_blocks.cut(env[name])
-            return None if extra is None else {"g" + name: term for name, term in zip(block.inputs, extra)}
-    return None
+    r = next((r for r in residuals if block is not None and r.vector == block.values and r.split is not None), None)
+    if r is None:
+        return None
+    others = tuple(dict.fromkeys(c for q in residuals for c in q.cotangents if c != r.split))
+    return value_blocks.second_order(op, env, env[r.split], tuple(env[c] for c in others), rtol), r.split, others
 
 
 def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...]) -> tuple:
@@ -149,12 +141,17 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
             out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
             env.update(zip((*r.completes, r.split, *gs), out))
-    with value_blocks.declared(rules.op, env, rtol) if broadening is None else _nothing():
-        extra = _loss_curvature(rules.op, env, residuals) if broadening is None else None
+    second = _second_order(rules.op, env, residuals, rtol) if broadening is None else None
+    if second is None:
         values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
-    if extra is not None:
-        for name, term in extra.items():
-            values[name] = values[name] + term
+    else:  # a second derivative at a cluster moves the values as a block (runtime.value_blocks)
+        context, split, others = second
+        with context as prepared:
+            env[split] = prepared.values_cotangent
+            env.update(zip(others, prepared.cotangents))
+            values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
+        inputs = value_blocks.BLOCKS[rules.op].inputs
+        values.update(zip(("g" + name for name in inputs), prepared.add(tuple(values["g" + name] for name in inputs))))
     floor = _floor(residuals, env)
     for r in residuals:
         cotangents = tuple(env[c] for c in r.cotangents)

@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 
 __all__ = ["BLOCKS", "Block", "active_for", "add_diag", "block_term", "cut", "declared", "loss_curvature", "scale_cols",
-           "scale_rows", "times"]
+           "scale_rows", "second_order", "times"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,32 @@ def declared(op: str, env: dict, rtol=None):
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+class Prepared:
+    """What :func:`second_order` yields: the value cotangent and the other cotangents to hand the
+    rules, and :meth:`add` for the input cotangents they return."""
+
+    def __init__(self, values_cotangent, cotangents, extra):
+        self.values_cotangent, self.cotangents, self.extra = values_cotangent, cotangents, extra
+
+    def add(self, grads):
+        """The rules' input cotangents (in :attr:`Block.inputs` order) with the loss's own
+        second-derivative terms added (``None`` entries kept)."""
+        if self.extra is None:
+            return tuple(grads)
+        extra = (*self.extra, *(None,) * (len(grads) - len(self.extra)))
+        return tuple(g if g is None or e is None else g + e for g, e in zip(grads, extra))
+
+
+@contextlib.contextmanager
+def second_order(op: str, env: dict, values_cotangent, cotangents=(), rtol=None):
+    """Around the evaluation of ``op``'s rules in a backward: :func:`declared`, the value cotangent
+    through :func:`loss_curvature` and every cotangent through :func:`cut`.  Yields a
+    :class:`Prepared`.  Outside a second derivative at a cluster everything passes unchanged."""
+    with declared(op, env, rtol):
+        g, extra = loss_curvature(values_cotangent)
+        yield Prepared(cut(g), tuple(cut(c) for c in cotangents), extra)
 
 
 def times(F: torch.Tensor, X: torch.Tensor, d: torch.Tensor, k, kind: str, broadening=None) -> torch.Tensor:
