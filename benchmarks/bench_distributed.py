@@ -46,11 +46,9 @@ def _rank_main(N: int, k: int, out: str):
     theta.requires_grad_()
     A, _ = problem.matrices(N, theta, phi)
     rstart, rend = agp.ownership(N * N)
-    rows, cols = A.indices()
-    mine = (rows >= rstart) & (rows < rend)
-    pattern = agp.Pattern(rows[mine], cols[mine], N * N)
-    values = A.values()[mine]
-    del A, rows, cols, mine
+    rows, cols, values = problem.rows_of(rstart, rend, A)
+    pattern = agp.Pattern(rows, cols, N * N)
+    del A, rows, cols
     mpi.Barrier()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()

@@ -40,3 +40,11 @@ def loss(w, V, field_rows, weight=1.0):
     and ``weight = 1 / size`` so that the ranks' losses sum to the single-process one."""
     c = torch.arange(1, w.shape[0] + 1, dtype=w.dtype)
     return weight * (c * w).sum() + (V ** 2 * field_rows[:, None]).sum()
+
+
+def rows_of(rstart: int, rend: int, *matrices):
+    """This rank's share of coalesced sparse matrices with one pattern: ``(rows, cols)`` of the
+    stored entries in rows ``[rstart, rend)`` and each matrix's values there (differentiable)."""
+    rows, cols = matrices[0].indices()
+    mine = (rows >= rstart) & (rows < rend)
+    return rows[mine], cols[mine], *(M.values()[mine] for M in matrices)

@@ -35,11 +35,9 @@ def main(case: str, N: int, out: str, k: int = 4):
     phi.requires_grad_()
     A, B = problem.matrices(N, theta, phi)
     rstart, rend = agp.ownership(N * N)
-    rows, cols = A.indices()
-    mine = (rows >= rstart) & (rows < rend)
-    pattern = agp.Pattern(rows[mine], cols[mine], N * N)
-    values_A = A.values()[mine]
-    values_B = B.values()[mine] if case.startswith("generalized") else None
+    rows, cols, values_A, values_B = problem.rows_of(rstart, rend, A, B)
+    pattern = agp.Pattern(rows, cols, N * N)
+    values_B = values_B if case.startswith("generalized") else None
     sigma = 0.0 if case.endswith("-si") or case == "basis" else None
     try:
         if case == "nan" and rank == 1:
