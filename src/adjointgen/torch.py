@@ -25,6 +25,7 @@ from .generated.torch import solve_triangular as _solve_triangular
 from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
+from .runtime import function as _function
 from .runtime import spectral as _spectral
 
 __all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
@@ -190,7 +191,7 @@ def lu(A: torch.Tensor, *, pivot: bool = True):
     from .composite.lu import LuFunction
 
     checks.matrix_input(A, "A", complex_ok=True)
-    P, L, U, _ = LuFunction.apply(A, bool(pivot))
+    P, L, U, _ = _function.apply(LuFunction, A, bool(pivot))
     return torch.return_types.linalg_lu((P, L, U))
 
 
@@ -202,7 +203,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True):
     from .composite.lu import LuFunction, check_pivots, packed
 
     checks.matrix_input(A, "A", complex_ok=True)
-    _, L, U, pivots = LuFunction.apply(A, bool(pivot))
+    _, L, U, pivots = _function.apply(LuFunction, A, bool(pivot))
     check_pivots(U.detach(), "lu_factor of a singular A would divide by zero in lu_solve (as torch.linalg.lu_factor, "
                              "this raises; agt.lu factors it)")
     return torch.return_types.linalg_lu_factor((packed(L, U), pivots))
@@ -540,7 +541,7 @@ def pinv(A: torch.Tensor, *, atol=None, rtol=None, hermitian: bool = False) -> t
     if hermitian:
         checks.symmetric(A, "A")
         A = 0.5 * (A + A.mH)  # equal for valid input; the gradient is Hermitian, as for eigh
-    return PinvFunction.apply(A, checks.Options((atol, rtol, hermitian)))
+    return _function.apply(PinvFunction, A, checks.Options((atol, rtol, hermitian)))
 
 
 _LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
@@ -661,7 +662,7 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
         checks.matrix_input(A, "A", complex_ok=True)
         from .composite.svd import SvdFullFunction
 
-        U, S, Vh = SvdFullFunction.apply(A)
+        U, S, Vh = _function.apply(SvdFullFunction, A)
     else:
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)

@@ -27,6 +27,7 @@ import torch
 
 from . import checks as _checks
 from . import divided as _divided
+from . import function as _function
 
 __all__ = ["Spectral", "apply", "second_order"]
 
@@ -340,4 +341,4 @@ def apply(spec: Spectral, A, *opts):
             raise TypeError(f"{spec.name}: {name} must be a real number (int or float), not {type(value).__name__}")
         if not math.isfinite(value):
             raise ValueError(f"{spec.name}: {name} must be finite, not {value}")
-    return _Funm.apply(A, _Bound(spec, tuple(float(o) for o in opts)))[0]
+    return _function.apply(_Funm, A, _Bound(spec, tuple(float(o) for o in opts)))[0]
