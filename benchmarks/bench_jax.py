@@ -3,8 +3,9 @@ of a loss that uses every output), float64; ratios in one run, below 1.0: faster
 
     python benchmarks/bench_jax.py [--quick]
 
-Skipped (no rows) where JAX is not installed.  ``expm`` is not in adjointgen.jax yet (the matrix
-functions' divided differences run on the host), so it has no row.
+Skipped (no rows) where JAX is not installed.  ``expm`` is the general-matrix exponential
+(``derivations/matrix_exp.py``) against ``jax.scipy.linalg.expm``, of a matrix with spectral radius
+about 1.
 """
 import argparse
 import os
@@ -25,6 +26,7 @@ def main(argv=None):
         return []
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
     import numpy as np
 
     import adjointgen.jax as agj
@@ -44,6 +46,7 @@ def main(argv=None):
                     lambda A: sum(jnp.sum(o * w) for o, w in zip(jnp.linalg.svd(A, full_matrices=False), (W, W[0], W))),
                     jnp.asarray(M)),
             "cholesky": (lambda A: jnp.sum(agj.cholesky(A) * W), lambda A: jnp.sum(jnp.linalg.cholesky(A) * W), S),
+            "expm": (lambda A: jnp.sum(agj.expm(A) * W), lambda A: jnp.sum(jsl.expm(A) * W), jnp.asarray(M / n ** 0.5)),
         }
         for name, (ours, theirs, X) in cases.items():
             f_ours, f_theirs = jax.jit(jax.grad(ours)), jax.jit(jax.grad(theirs))

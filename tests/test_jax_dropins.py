@@ -204,3 +204,64 @@ def test_eigsh_lobpcg_is_jittable_without_a_host_call_and_matches_lapack():
         agj.eigsh(A[:10, :10], 4, method="lobpcg")
     with pytest.raises(TypeError, match="real"):
         agj.eigsh(A.astype(complex), 4, method="lobpcg")
+
+
+@pytest.mark.slow  # heavy (JAX compiles check_grads of order 2): CI's slow step
+def test_device_forwards_of_eigsh_and_svds_are_jittable_without_a_host_call():
+    """method="device": the whole decomposition on the array's device, the wanted pairs kept; the
+    same values and derivatives as LAPACK on the host, real, complex and generalized, no
+    pure_callback in the jaxpr, and the same cut and positive-definiteness errors."""
+    from adjointgen import DegenerateSubspaceError
+
+    M, N, C = arr(9, 9), arr(9, 9), arr(9, 9, complex_=True)
+    A, B, H = M + M.T, N @ N.T / 9 + jnp.eye(9), C + jnp.conj(C.T)
+
+    def eig_loss(method, b=None, largest=True):
+        def f(A):
+            w, V = agj.eigsh(A, 3, b, method=method, largest=largest)
+            return jnp.sum(w ** 2) + jnp.sum(jnp.abs(V @ jnp.conj(V.T)) ** 2)
+        return f
+
+    for X, b in ((A, None), (H, None), (A, B)):
+        for largest in (True, False):
+            w, V = agj.eigsh(X, 3, b, method="device", largest=largest)
+            w2, V2 = agj.eigsh(X, 3, b, largest=largest)
+            close(w, w2, 1e-11)
+            close(jnp.abs(jnp.conj(V.T) @ (V2 if b is None else b @ V2)), jnp.eye(3), 1e-9)
+            close(jax.grad(eig_loss("device", b, largest))(X), jax.grad(eig_loss("lapack", b, largest))(X), 1e-9)
+        jaxpr = str(jax.make_jaxpr(jax.grad(eig_loss("device", b)))(X))
+        assert "pure_callback" not in jaxpr  # no host round trip
+        close(jax.jit(jax.grad(eig_loss("device", b)))(X), jax.grad(eig_loss("lapack", b))(X), 1e-9)
+    check_grads(eig_loss("device"), (A,), order=2, modes=("fwd", "rev"))
+    with pytest.raises(ValueError, match="positive definite"):
+        agj.eigsh(A, 3, -B, method="device")
+
+    T = arr(9, 5)
+    for largest in (True, False):
+        svd_loss = lambda method: lambda T: (lambda U, S, Vh: jnp.sum(S ** 3) + jnp.sum(((U * S) @ Vh) ** 2))(  # noqa: E731
+            *agj.svds(T, 2, method=method, largest=largest))
+        close(agj.svds(T, 2, method="device", largest=largest)[1], agj.svds(T, 2, largest=largest)[1], 1e-12)
+        close(jax.grad(svd_loss("device"))(T), jax.grad(svd_loss("lapack"))(T), 1e-9)
+        assert "pure_callback" not in str(jax.make_jaxpr(jax.grad(svd_loss("device")))(T))
+    check_grads(svd_loss("device"), (T,), order=2, modes=("fwd", "rev"))
+    with pytest.raises(ValueError, match="method"):
+        agj.svds(T, 2, method="lobpcg")
+
+    Q, _ = np.linalg.qr(RNG.standard_normal((6, 6)))
+    A2 = jnp.asarray(Q @ np.diag([0.5, 1.0, 2.0, 3.0, 3.0, 4.0]) @ Q.T)  # k = 2 cuts the pair at 3
+    with pytest.raises(DegenerateSubspaceError, match="cuts"):
+        jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2, method="device")[0]))(A2)
+    assert bool(jnp.isnan(jax.jit(jax.grad(lambda A: jnp.sum(agj.eigsh(A, 2, method="device")[0])))(A2)).all())
+
+
+def test_constants_closed_over_by_jit_are_checked_at_trace_time():
+    """A concrete array that ``jit`` closes over is checked when traced (its jax.numpy operations
+    would be staged: ``bool`` of a tracer), and a bad one raises."""
+    A = 2.0 * jnp.eye(3)
+    close(jax.jit(lambda b: agj.solve(A, b))(jnp.ones(3)), 0.5 * jnp.ones(3))
+    close(jax.jit(lambda X: agj.eigsh(X, 2, B4)[0])(H4), agj.eigsh(H4, 2, B4)[0])
+    bad = A.at[0, 0].set(jnp.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        jax.jit(lambda b: agj.solve(bad, b))(jnp.ones(3))
+    with pytest.raises(ValueError, match="NaN"):
+        jax.jit(lambda X: agj.eigsh(X, 2, bad)[0])(A)

@@ -35,7 +35,7 @@ def through_cut(op: str, k: int, largest: bool, kind: str, is_cut, tangents):
     """The tangents, where ``k`` cuts no cluster.  A concrete cut raises
     :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError`; a traced one makes the tangents of
     those batch elements NaN (a factor, so that transposition keeps it)."""
-    if _rt.is_concrete(is_cut) and bool(jnp.any(is_cut)):
+    if _rt.concrete_true(jnp.any, is_cut):
         raise DegenerateSubspaceError(
             f"{op}: k = {k} cuts through a degenerate {kind} (the last kept one equals the first discarded one "
             f"within the cluster tolerance), so which vectors of that cluster are the {k} "

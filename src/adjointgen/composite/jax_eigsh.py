@@ -4,7 +4,9 @@ the partial rules derived in ``derivations/eigsh.py`` (generated into ``adjointg
 The forward is LAPACK's subset solver (``scipy.linalg.eigh(subset_by_index=...)``, the route torch's
 ``agt.eigsh`` falls back to) on the host, through ``jax.pure_callback`` under ``jit``: it computes the
 ``k`` wanted pairs and one more eigenvalue, which tells whether ``k`` cuts a cluster of equal
-eigenvalues.  The derivative is ``jax.custom_jvp`` with the derived JVP -- the part of ``dV``
+eigenvalues.  ``method="device"`` computes the whole decomposition with ``jax.numpy.linalg.eigh`` on
+the array's device instead (jittable, no host round trip), ``method="lobpcg"`` JAX's LOBPCG.  The
+derivative is ``jax.custom_jvp`` with the derived JVP -- the part of ``dV``
 outside the kept eigenspace from projected shifted solves -- and reverse mode is its transposition,
 with the same gauge checks as the generated operations (:func:`adjointgen.runtime.jax.jvp`).
 """
@@ -99,16 +101,33 @@ def _forward(A, k, largest, B=None):
     return out
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
-def _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening):
+def _device(A, k, largest, B=None):
+    """``(w, V, next)`` as :func:`_host` returns them, from the whole decomposition by
+    ``jax.numpy.linalg.eigh`` (with ``B``: through its Cholesky factor) on the array's own device:
+    jittable, no host round trip, at the cost of the full decomposition.  A ``B`` that is not
+    positive definite gives NaN (a ``ValueError`` where the values are concrete)."""
+    w, V = _rt.eigh(A) if B is None else _rt.eigh_generalized(A, B)
+    if B is not None:
+        _rt.check_finite_outputs("eigsh", "B is not positive definite (its Cholesky factorization failed)", w)
+    if largest:
+        w, V = w[..., ::-1], V[..., ::-1]
+    n = A.shape[-1]
+    nxt = w[..., k] if n > k else jnp.full(A.shape[:-2], jnp.nan, w.dtype)
+    return w[..., :k], V[..., :k], nxt
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5, 6))
+def _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening, method="lapack"):
+    if method == "device":
+        return _device(A, k, largest, B)
     return _forward(A, k, largest, B)
 
 
 @_eigsh_generalized.defjvp
-def _eigsh_generalized_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
+def _eigsh_generalized_jvp(k, largest, cluster_rtol, broadening, method, primals, tangents):
     A, B = primals
     dA, dB = tangents
-    w, V, nxt = outputs = _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening)
+    w, V, nxt = outputs = _eigsh_generalized(A, B, k, largest, cluster_rtol, broadening, method)
     env = dict(A=A, B=B, w=w, V=V, dA=dA, dB=dB, cluster_rtol=cluster_rtol, broadening=broadening)
     dw, dV = through_cut("eigsh", k, largest, "eigenvalue", cut(w, nxt, cluster_rtol),
                          _rt.jvp(RULES_GENERALIZED, env, ("gw", "gV")))
@@ -163,6 +182,8 @@ def _lobpcg(A, k, largest, maxiter):
 def _eigsh(A, k, largest, cluster_rtol, broadening, method="lapack", maxiter=None):
     if method == "lobpcg":
         return _lobpcg(A, k, largest, 500 if maxiter is None else int(maxiter))
+    if method == "device":
+        return _device(A, k, largest)
     return _forward(A, k, largest)
 
 
@@ -190,17 +211,21 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, method: str = "lapack", ma
             in ``A`` and ``B`` by ``derivations/eigsh_generalized.py``).
         largest: the ``k`` largest eigenvalues, descending; else the smallest, ascending.
         method: ``"lapack"`` (the default: LAPACK's subset solver on the host, any ``k``, real or
-            complex) or ``"lobpcg"`` (``jax.experimental.sparse.linalg.lobpcg_standard`` on the
-            device: jittable with no host round trip, a GPU's path; real ``A`` without ``B``,
-            ``5 (k + 1) < n``; unconverged pairs raise ``ConvergenceError``, NaN under ``jit``).
+            complex, with or without ``B``); ``"device"`` (the whole decomposition by
+            ``jax.numpy.linalg.eigh`` on the array's device, the ``k`` wanted pairs kept: jittable
+            with no host round trip, any ``k``, real or complex, with or without ``B``, at the cost
+            of the full ``eigh``); or ``"lobpcg"`` (``jax.experimental.sparse.linalg.lobpcg_standard``
+            on the device: jittable with no host round trip, cheaper than the full ``eigh`` for
+            small ``k``; real ``A`` without ``B``, ``5 (k + 1) < n``; unconverged pairs raise
+            ``ConvergenceError``, NaN under ``jit``).
         maxiter: LOBPCG's iteration limit (default 500).
         cluster_rtol, broadening: as :func:`adjointgen.jax.eigh`.
 
     Returns:
         ``(w, V)``: ``(..., k)`` and ``(..., n, k)``.
 
-    The forward runs LAPACK's subset solver on the host (``jax.pure_callback`` under ``jit``; on a GPU
-    the matrix makes a round trip); the derivatives are the derived partial rules, in ``jit``,
+    The default forward runs LAPACK's subset solver on the host (``jax.pure_callback`` under ``jit``;
+    on a GPU the matrix makes a round trip; ``method="device"`` keeps it on the device); the derivatives are the derived partial rules, in ``jit``,
     ``vmap``, ``grad``, ``jvp``, ``jacfwd``, ``jacrev``, ``hessian``.  A loss that depends on the basis
     inside a kept cluster raises ``DegenerateSubspaceError`` (NaN under ``jit``), as in :func:`eigh`;
     where ``k`` cuts a cluster every derivative raises (NaN under ``jit``).
@@ -210,17 +235,17 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, method: str = "lapack", ma
         ValueError: wrong shape, NaN/Inf, ``k`` out of range, ``B`` not positive definite (outside
             ``jit``).
     """
-    if method not in ("lapack", "lobpcg"):
-        raise ValueError(f"eigsh: method must be 'lapack' or 'lobpcg', got {method!r}")
+    if method not in ("lapack", "lobpcg", "device"):
+        raise ValueError(f"eigsh: method must be 'lapack', 'device' or 'lobpcg', got {method!r}")
     if B is not None:
-        if method != "lapack":
-            raise ValueError("eigsh: the generalized problem (B) takes method='lapack'")
+        if method == "lobpcg":
+            raise ValueError("eigsh: the generalized problem (B) takes method='lapack' or 'device'")
         A, B = _rt.inputs("eigsh", (("A", A), ("B", B)), square=(True, True), complex_ok=True)
         if A.shape[-1] != B.shape[-1]:
             raise ValueError(f"eigsh: A and B must have one size, got {A.shape} and {B.shape}")
         A, B = _rt.broadcast_batch(_rt.symmetrized(A), _rt.symmetrized(B))
         k = check_k("eigsh", k, A.shape[-1], "n")
-        w, V, _ = _eigsh_generalized(A, B, k, bool(largest), cluster_rtol, broadening)
+        w, V, _ = _eigsh_generalized(A, B, k, bool(largest), cluster_rtol, broadening, method)
         return w, V
     A, = _rt.inputs("eigsh", (("A", A),), square=(True,), complex_ok=True)
     k = check_k("eigsh", k, A.shape[-1], "n")

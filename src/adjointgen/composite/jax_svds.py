@@ -4,7 +4,9 @@ differentiated by the partial rules derived in ``derivations/svds.py`` (generate
 projected shifted solves with ``A^T A``).
 
 The forward is LAPACK's thin SVD on the host (``jax.pure_callback`` under ``jit``), of which the
-``k`` wanted triplets and the next singular value (whether ``k`` cuts a cluster) are kept.  The
+``k`` wanted triplets and the next singular value (whether ``k`` cuts a cluster) are kept.
+``method="device"`` runs ``jax.numpy.linalg.svd`` on the array's device instead (jittable, no host
+round trip).  The
 derivative is ``jax.custom_jvp`` with the derived JVP and the generated operations' gauge checks.
 """
 from __future__ import annotations
@@ -64,23 +66,38 @@ def _forward(A, k, largest):
     return on_host(_host, shapes, A, k=k, largest=largest)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
-def _svds(A, k, largest, cluster_rtol, broadening):
+def _device(A, k, largest):
+    """``(U, S, V, next)`` as :func:`_host` returns them, from the thin SVD by
+    ``jax.numpy.linalg.svd`` on the array's own device: jittable, no host round trip, at the cost of
+    the full thin SVD."""
+    U, S, Vh = _rt.svd(A)
+    V = jnp.swapaxes(Vh, -1, -2)
+    if not largest:
+        U, S, V = U[..., ::-1], S[..., ::-1], V[..., ::-1]
+    r = S.shape[-1]
+    nxt = S[..., k] if r > k else jnp.full(A.shape[:-2], jnp.nan, S.dtype)
+    return U[..., :k], S[..., :k], V[..., :k], nxt
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4, 5))
+def _svds(A, k, largest, cluster_rtol, broadening, method="lapack"):
+    if method == "device":
+        return _device(A, k, largest)
     return _forward(A, k, largest)
 
 
 @_svds.defjvp
-def _svds_jvp(k, largest, cluster_rtol, broadening, primals, tangents):
+def _svds_jvp(k, largest, cluster_rtol, broadening, method, primals, tangents):
     A, = primals
     dA, = tangents
-    U, S, V, nxt = outputs = _svds(A, k, largest, cluster_rtol, broadening)
+    U, S, V, nxt = outputs = _svds(A, k, largest, cluster_rtol, broadening, method)
     env = dict(A=A, U=U, S=S, V=V, dA=dA, cluster_rtol=cluster_rtol, broadening=broadening)
     dU, dS, dV = through_cut("svds", k, largest, "singular value", cut(S, nxt, cluster_rtol),
                              _rt.jvp(RULES, env, ("gU", "gS", "gV")))
     return outputs, (dU, dS, dV, jnp.zeros_like(nxt))
 
 
-def svds(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None):
+def svds(A, k: int, *, largest: bool = True, method: str = "lapack", cluster_rtol=None, broadening=None):
     """The ``k`` largest (or smallest) singular triplets ``A ≈ U diag(S) Vh`` of real ``A``, as
     :func:`adjointgen.torch.svds` for dense ``A``.
 
@@ -89,12 +106,16 @@ def svds(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None)
         k: ``1 <= k <= min(m, n)``.
         largest: the ``k`` largest singular values, descending; else the smallest, ascending (meant
             for well-conditioned ``A``: the rule solves with ``A^T A`` shifted by them).
+        method: ``"lapack"`` (the default: LAPACK's thin SVD on the host) or ``"device"`` (the thin
+            SVD by ``jax.numpy.linalg.svd`` on the array's device, the ``k`` wanted triplets kept:
+            jittable with no host round trip).
         cluster_rtol, broadening: as :func:`adjointgen.jax.svd`.
 
     Returns:
         ``(U, S, Vh)``: ``(..., m, k)``, ``(..., k)``, ``(..., k, n)``.
 
-    The forward is LAPACK's thin SVD on the host (``jax.pure_callback`` under ``jit``); the derivatives
+    The default forward is LAPACK's thin SVD on the host (``jax.pure_callback`` under ``jit``;
+    ``method="device"`` keeps it on the device); the derivatives
     are the derived partial rules, under ``jit``, ``vmap``, ``grad``, ``jvp``, ``jacfwd``, ``jacrev``,
     ``hessian``.  A loss that depends on the basis inside a kept cluster raises
     ``DegenerateSubspaceError`` (NaN under ``jit``); where ``k`` cuts a cluster every derivative does.
@@ -105,5 +126,7 @@ def svds(A, k: int, *, largest: bool = True, cluster_rtol=None, broadening=None)
     """
     A, = _rt.inputs("svds", (("A", A),), square=(False,), complex_ok=False)
     k = check_k("svds", k, min(A.shape[-2:]), "min(m, n)")
-    U, S, V, _ = _svds(A, k, bool(largest), cluster_rtol, broadening)
+    if method not in ("lapack", "device"):
+        raise ValueError(f"svds: method must be 'lapack' or 'device', got {method!r}")
+    U, S, V, _ = _svds(A, k, bool(largest), cluster_rtol, broadening, method)
     return U, S, jnp.swapaxes(V, -1, -2)

@@ -65,6 +65,16 @@ def is_concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs if x is not None)
 
 
+def concrete_true(predicate, *xs) -> bool:
+    """``bool(predicate(*xs))`` where every array is concrete, else ``False``.  Evaluated at once
+    (``jax.ensure_compile_time_eval``), also for a constant that ``jit`` closes over, where a
+    ``jax.numpy`` operation would otherwise be staged into the trace."""
+    if not is_concrete(*xs):
+        return False
+    with jax.ensure_compile_time_eval():
+        return bool(predicate(*xs))
+
+
 def add_diag(xp, X, d):
     """``X + diag(d)`` for batched ``X`` (..., n, n) and ``d`` (..., n)."""
     n = X.shape[-1]
@@ -185,7 +195,7 @@ def svd(A):
 def solve_lower(A, B):
     """``A^-1 B`` for a lower triangular ``A`` (its upper triangle not read); a concrete ``A`` with a
     zero on the diagonal raises ``ValueError`` (traced, the result is Inf/NaN, as JAX's solves)."""
-    if is_concrete(A) and A.size and bool((jnp.diagonal(A, axis1=-2, axis2=-1) == 0).any()):
+    if A.size and concrete_true(lambda A: (jnp.diagonal(A, axis1=-2, axis2=-1) == 0).any(), A):
         raise ValueError("solve_triangular: A is singular: a diagonal entry is zero")
     return solve_triangular(jnp, A, B, lower=True)
 
@@ -332,7 +342,7 @@ def inputs(op: str, named, *, square, complex_ok: bool):
         if dtype is not None and x.dtype != dtype:
             raise TypeError(f"{op}: the inputs must have one dtype, got {dtype} and {x.dtype} ({name})")
         dtype = x.dtype
-        if is_concrete(x) and x.size and not bool(jnp.isfinite(x).all()):
+        if x.size and concrete_true(lambda x: ~jnp.isfinite(x).all(), x):
             raise ValueError(f"{op}: {name} has NaN or Inf entries")
         out.append(x)
     return out
@@ -358,7 +368,7 @@ def symmetrized(x):
 def check_finite_outputs(op: str, what: str, *xs) -> None:
     """Raise ``ValueError`` where a concrete forward output has NaN (a Cholesky factor of a matrix
     that is not positive definite, as ``jax.numpy.linalg.cholesky`` returns it)."""
-    if is_concrete(*xs) and any(x.size and not bool(jnp.isfinite(x).all()) for x in xs):
+    if concrete_true(lambda *xs: any(x.size and not bool(jnp.isfinite(x).all()) for x in xs), *xs):
         raise ValueError(f"{op}: {what}")
 
 
