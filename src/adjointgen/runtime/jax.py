@@ -453,6 +453,17 @@ class _Check:
         return _violations(self.rules, self.env(held), self.checked, self.residuals,
                            tuple(jnp.conj(c) for c in cotangents), self.cotangent_names)
 
+    def clustered(self, held):
+        """Whether a residual can be nonzero at all: ``None`` where some residual is not confined to
+        clusters (a phase, a complement's basis: always checked), else whether any batch element
+        has two values in a cluster.  The cluster residuals vanish elsewhere, so the check (a
+        product of the size of the VJP's) runs only where one exists, as on the torch side."""
+        if any(r.vector is None for r in self.residuals):
+            return None
+        env = self.env(held)
+        return functools.reduce(jnp.logical_or, (jnp.any(cluster_mask(jnp, env[r.vector], env.get("cluster_rtol")))
+                                                 for r in self.residuals))
+
 
 def _poison(bad, values):
     return [jnp.where(bad.reshape(bad.shape + (1,) * (v.ndim - bad.ndim)), jnp.nan, v) for v in values]
@@ -471,16 +482,27 @@ def _make_primitives():
 
     def traced_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
-        found = check.bad(cotangents, held)
-        if found is None:
-            return cotangents
-        bad, *kinds = found
-        if _RAISE_IN_JIT:
-            jax.debug.callback(functools.partial(_raise, check.rules.op), *kinds)
-        return _poison(bad, cotangents)
+
+        def run(operands):
+            cotangents, held = operands
+            found = check.bad(cotangents, held)
+            if found is None:
+                return cotangents
+            bad, *kinds = found
+            if _RAISE_IN_JIT:
+                jax.debug.callback(functools.partial(_raise, check.rules.op), *kinds)
+            return _poison(bad, cotangents)
+
+        clustered = check.clustered(held)
+        if clustered is None:
+            return run((cotangents, held))
+        return lax.cond(clustered, run, lambda operands: list(operands[0]), (cotangents, held))
 
     def eager_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
+        clustered = check.clustered(held)
+        if clustered is not None and not bool(clustered):
+            return cotangents
         found = check.bad(cotangents, held)
         if found is not None:
             _raise(check.rules.op, *found[1:])
