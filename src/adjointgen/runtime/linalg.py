@@ -17,9 +17,24 @@ __all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix
 def _reusable(*tensors) -> bool:
     if torch.is_grad_enabled():
         return False
+    if _plain_mode() and all(type(t) is torch.Tensor and not t.is_meta for t in tensors if t is not None):
+        return True  # no transform, dual level or compiler: plain tensors are neither traced nor dual
     from .checks import is_traced
 
     return not any(isinstance(t, torch.Tensor) and (is_traced(t) or _is_dual(t)) for t in tensors)
+
+
+def _plain_mode() -> bool:
+    """No ``torch.func`` transform, forward-AD dual level or compiler is active (the common
+    first-order backward): a cheap test before the per-tensor ones of :func:`_reusable`."""
+    try:
+        from torch._C import _are_functorch_transforms_active
+        from torch.autograd import forward_ad
+
+        return (not _are_functorch_transforms_active() and forward_ad._current_level < 0
+                and not torch.compiler.is_compiling())
+    except (ImportError, AttributeError):  # pragma: no cover - another torch: the per-tensor tests
+        return False
 
 
 def _is_dual(t: torch.Tensor) -> bool:
