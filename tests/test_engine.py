@@ -343,3 +343,25 @@ def test_an_auxiliary_output_with_a_declared_forward_is_refused_with_the_way_out
     d.output("P", n, n, auxiliary=True)  # no forward: accepted
     d.output("Q", n, n, hidden=True)
     assert d.auxiliary_outputs == {"P"} and d.hidden_outputs == {"Q"}
+
+
+def _count(expr, kind):
+    return sum(1 for a in sp.preorder_traversal(expr) if isinstance(a, kind))
+
+
+def test_a_term_joins_a_shared_right_solve_when_its_product_is_computed_anyway(rng):
+    """``Q gR + Q S(R gR^T) R^-T + gQ R^-T`` (the shape of the reduced QR's VJP): ``Q gR`` joins the
+    solve as ``Q (gR R^T) R^-T``, since ``gR R^T`` is the transpose of ``R gR^T``: one inverse left,
+    and the value unchanged; without that product elsewhere the term is left alone."""
+    from adjointgen.calculus.nodes import StrictlyLower
+
+    Q, R, gQ, gR = (MatrixSymbol(s, n, n) for s in ("Q", "R", "gQ", "gR"))
+    st = Structure(upper={"R", "gR"})
+    expr = Q * gR + Q * StrictlyLower(R * Transpose(gR)) * Inverse(Transpose(R)) + gQ * Inverse(Transpose(R))
+    code = algebra.simplify_for_codegen(expr, st)
+    assert _count(code, Inverse) == 1
+    values = {s: rng.standard_normal((4, 4)) for s in ("Q", "gQ", "gR")}
+    values["R"] = np.triu(rng.standard_normal((4, 4))) + 4 * np.eye(4)
+    np.testing.assert_allclose(evaluate(code, values, DIMS), evaluate(expr, values, DIMS), rtol=1e-12, atol=1e-12)
+    alone = Q * gR + Q * StrictlyLower(A * Transpose(gQ)) * Inverse(Transpose(R)) + gQ * Inverse(Transpose(R))
+    assert _count(algebra.simplify_for_codegen(alone, st), Inverse) == 2  # gR R^T would be a new product

@@ -52,13 +52,13 @@ def lu_vjp(P, L, U, gL, gU):
     # Total ops: add 2, matmul 3, solve 1, solve_right 1, strictly_lower 1, transpose 2
     # gA: derived at derivations/lu.py:77 (step 34: VJP gA by transposing the JVP)
     t0 = xp.swapaxes(L, -1, -2)
-    t1 = xp.matmul(t0, gL)
-    t2 = xp.swapaxes(U, -1, -2)
-    t3 = xp.matmul(gU, t2)
-    t4 = t1 - t3
+    t1 = xp.swapaxes(U, -1, -2)
+    t2 = xp.matmul(gU, t1)
+    t3 = xp.matmul(t0, gL)
+    t4 = t3 - t2
     t5 = xp.tril(t4, -1)
-    t6 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t2, -1, -2), xp.swapaxes(t5, -1, -2), lower=False), -1, -2)
-    t7 = gU + t6
+    t6 = t2 + t5
+    t7 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t1, -1, -2), xp.swapaxes(t6, -1, -2), lower=False), -1, -2)
     t8 = _solve_triangular(xp, t0, t7, lower=False, unit=True)
     t9 = xp.matmul(P, t8)
     return t9
@@ -97,13 +97,13 @@ def lu_vjp_complex(P, L, U, gL, gU):
     # Total ops: add 2, matmul 3, solve 1, solve_right 1, strictly_lower 1, transpose 2
     # gA: derived at derivations/lu.py:77 (step 34: VJP gA by transposing the JVP)
     t0 = xp.conj(xp.swapaxes(L, -1, -2))
-    t1 = xp.matmul(t0, gL)
-    t2 = xp.conj(xp.swapaxes(U, -1, -2))
-    t3 = xp.matmul(gU, t2)
-    t4 = t1 - t3
+    t1 = xp.conj(xp.swapaxes(U, -1, -2))
+    t2 = xp.matmul(gU, t1)
+    t3 = xp.matmul(t0, gL)
+    t4 = t3 - t2
     t5 = xp.tril(t4, -1)
-    t6 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t2, -1, -2), xp.swapaxes(t5, -1, -2), lower=False), -1, -2)
-    t7 = gU + t6
+    t6 = t2 + t5
+    t7 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t1, -1, -2), xp.swapaxes(t6, -1, -2), lower=False), -1, -2)
     t8 = _solve_triangular(xp, t0, t7, lower=False, unit=True)
     t9 = xp.matmul(P, t8)
     return t9

@@ -53,24 +53,21 @@ def qr_vjp(Q, R, gQ, gR):
     ``gA = Q gR + Q tril₋(R gR^T) (R^T)^-1 - Q tril₋(gR R^T) (R^T)^-1 + Q tril₋(Q^T gQ) (R^T)^-1 - Q tril₋(gQ^T Q) (R^T)^-1 - Q Q^T gQ (R^T)^-1 + gQ (R^T)^-1``
     """
     xp = _array_module(Q, R, gQ, gR)
-    # Total ops: add 4, matmul 3, solve_right 2, strictly_lower 1, transpose 5
+    # Total ops: add 3, matmul 3, solve_right 1, strictly_lower 1, transpose 4
     # gA: derived at derivations/qr.py:93 (step 52: VJP gA by transposing the JVP)
     t0 = xp.swapaxes(Q, -1, -2)
     t1 = xp.matmul(t0, gQ)
-    t2 = xp.swapaxes(gR, -1, -2)
-    t3 = xp.matmul(R, t2)
-    t4 = xp.swapaxes(t1, -1, -2)
-    t5 = xp.swapaxes(R, -1, -2)
-    t6 = xp.swapaxes(t3, -1, -2)
-    t7 = t1 + t3 - t6 - t4
-    t8 = xp.tril(t7, -1)
-    t9 = t8 - t1
-    t10 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t5, -1, -2), xp.swapaxes(t9, -1, -2), lower=False), -1, -2)
-    t11 = gR + t10
-    t12 = xp.matmul(Q, t11)
-    t13 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t5, -1, -2), xp.swapaxes(gQ, -1, -2), lower=False), -1, -2)
-    t14 = t12 + t13
-    return t14
+    t2 = xp.swapaxes(R, -1, -2)
+    t3 = xp.matmul(gR, t2)
+    t4 = xp.swapaxes(t3, -1, -2)
+    t5 = xp.swapaxes(t1, -1, -2)
+    t6 = t1 + t4 - t3 - t5
+    t7 = xp.tril(t6, -1)
+    t8 = t7 + t3 - t1
+    t9 = xp.matmul(Q, t8)
+    t10 = gQ + t9
+    t11 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t2, -1, -2), xp.swapaxes(t10, -1, -2), lower=False), -1, -2)
+    return t11
 
 
 def qr_jvp_complex(Q, R, dA):
@@ -109,7 +106,7 @@ def qr_vjp_complex(Q, R, gQ, gR):
     ``gA = Q diag(skew(R gR^H)) (R^H)^-1 + Q diag(skew(Q^H gQ)) (R^H)^-1 + Q gR + Q tril₋(R gR^H) (R^H)^-1 - Q tril₋(gR R^H) (R^H)^-1 + Q tril₋(Q^H gQ) (R^H)^-1 - Q tril₋(gQ^H Q) (R^H)^-1 - Q Q^H gQ (R^H)^-1 + gQ (R^H)^-1``
     """
     xp = _array_module(Q, R, gQ, gR)
-    # Total ops: add 5, add_diag 1, diag_skew 2, matmul 3, solve_right 2, strictly_lower 1, transpose 5
+    # Total ops: add 4, add_diag 1, diag_skew 2, matmul 3, solve_right 1, strictly_lower 1, transpose 5
     # gA: derived at derivations/qr.py:93 (step 52: VJP gA by transposing the JVP)
     t0 = xp.conj(xp.swapaxes(Q, -1, -2))
     t1 = xp.matmul(t0, gQ)
@@ -117,20 +114,18 @@ def qr_vjp_complex(Q, R, gQ, gR):
     t3 = xp.conj(xp.swapaxes(gR, -1, -2))
     t4 = xp.matmul(R, t3)
     t5 = 1j * xp.diagonal(t4, axis1=-2, axis2=-1).imag
-    t6 = xp.conj(xp.swapaxes(t1, -1, -2))
-    t7 = xp.conj(xp.swapaxes(R, -1, -2))
-    t8 = xp.conj(xp.swapaxes(t4, -1, -2))
-    t9 = t1 + t4 - t8 - t6
+    t6 = xp.conj(xp.swapaxes(R, -1, -2))
+    t7 = xp.conj(xp.swapaxes(t4, -1, -2))
+    t8 = xp.conj(xp.swapaxes(t1, -1, -2))
+    t9 = t1 + t4 - t8 - t7
     t10 = xp.tril(t9, -1)
-    t11 = t10 - t1
+    t11 = t10 + t7 - t1
     t12 = t2 + t5
     t13 = _add_diag(xp, t11, t12)
-    t14 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t7, -1, -2), xp.swapaxes(t13, -1, -2), lower=False), -1, -2)
-    t15 = gR + t14
-    t16 = xp.matmul(Q, t15)
-    t17 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t7, -1, -2), xp.swapaxes(gQ, -1, -2), lower=False), -1, -2)
-    t18 = t16 + t17
-    return t18
+    t14 = xp.matmul(Q, t13)
+    t15 = gQ + t14
+    t16 = xp.swapaxes(_solve_triangular(xp, xp.swapaxes(t6, -1, -2), xp.swapaxes(t15, -1, -2), lower=False), -1, -2)
+    return t16
 
 
 #: the rules as the autograd function dispatches them (:mod:`adjointgen.runtime.dispatch`)

@@ -51,13 +51,13 @@ def lu_vjp(P, L, U, gL, gU):
     # Total ops: add 2, matmul 3, solve 1, solve_right 1, strictly_lower 1, transpose 2
     # gA: derived at derivations/lu.py:77 (step 34: VJP gA by transposing the JVP)
     t0 = L.mT
-    t1 = t0 @ gL
-    t2 = U.mT
-    t3 = gU @ t2
-    t4 = t1 - t3
+    t1 = U.mT
+    t2 = gU @ t1
+    t3 = t0 @ gL
+    t4 = t3 - t2
     t5 = t4.tril(-1)
-    t6 = torch.linalg.solve_triangular(t2, t5, upper=False, left=False)
-    t7 = gU + t6
+    t6 = t2 + t5
+    t7 = torch.linalg.solve_triangular(t1, t6, upper=False, left=False)
     t8 = torch.linalg.solve_triangular(t0, t7, upper=True, unitriangular=True)
     t9 = P @ t8
     return t9
@@ -94,13 +94,13 @@ def lu_vjp_complex(P, L, U, gL, gU):
     # Total ops: add 2, matmul 3, solve 1, solve_right 1, strictly_lower 1, transpose 2
     # gA: derived at derivations/lu.py:77 (step 34: VJP gA by transposing the JVP)
     t0 = L.mH
-    t1 = t0 @ gL
-    t2 = U.mH
-    t3 = gU @ t2
-    t4 = t1 - t3
+    t1 = U.mH
+    t2 = gU @ t1
+    t3 = t0 @ gL
+    t4 = t3 - t2
     t5 = t4.tril(-1)
-    t6 = torch.linalg.solve_triangular(t2, t5, upper=False, left=False)
-    t7 = gU + t6
+    t6 = t2 + t5
+    t7 = torch.linalg.solve_triangular(t1, t6, upper=False, left=False)
     t8 = torch.linalg.solve_triangular(t0, t7, upper=True, unitriangular=True)
     t9 = P @ t8
     return t9

@@ -51,24 +51,21 @@ def qr_vjp(Q, R, gQ, gR):
 
     ``gA = Q gR + Q tril₋(R gR^T) (R^T)^-1 - Q tril₋(gR R^T) (R^T)^-1 + Q tril₋(Q^T gQ) (R^T)^-1 - Q tril₋(gQ^T Q) (R^T)^-1 - Q Q^T gQ (R^T)^-1 + gQ (R^T)^-1``
     """
-    # Total ops: add 4, matmul 3, solve_right 2, strictly_lower 1, transpose 5
+    # Total ops: add 3, matmul 3, solve_right 1, strictly_lower 1, transpose 4
     # gA: derived at derivations/qr.py:93 (step 52: VJP gA by transposing the JVP)
     t0 = Q.mT
     t1 = t0 @ gQ
-    t2 = gR.mT
-    t3 = R @ t2
-    t4 = t1.mT
-    t5 = R.mT
-    t6 = t3.mT
-    t7 = t1 + t3 - t6 - t4
-    t8 = t7.tril(-1)
-    t9 = t8 - t1
-    t10 = torch.linalg.solve_triangular(t5, t9, upper=False, left=False)
-    t11 = gR + t10
-    t12 = Q @ t11
-    t13 = torch.linalg.solve_triangular(t5, gQ, upper=False, left=False)
-    t14 = t12 + t13
-    return t14
+    t2 = R.mT
+    t3 = gR @ t2
+    t4 = t3.mT
+    t5 = t1.mT
+    t6 = t1 + t4 - t3 - t5
+    t7 = t6.tril(-1)
+    t8 = t7 + t3 - t1
+    t9 = Q @ t8
+    t10 = gQ + t9
+    t11 = torch.linalg.solve_triangular(t2, t10, upper=False, left=False)
+    return t11
 
 
 def qr_jvp_complex(Q, R, dA):
@@ -105,7 +102,7 @@ def qr_vjp_complex(Q, R, gQ, gR):
 
     ``gA = Q diag(skew(R gR^H)) (R^H)^-1 + Q diag(skew(Q^H gQ)) (R^H)^-1 + Q gR + Q tril₋(R gR^H) (R^H)^-1 - Q tril₋(gR R^H) (R^H)^-1 + Q tril₋(Q^H gQ) (R^H)^-1 - Q tril₋(gQ^H Q) (R^H)^-1 - Q Q^H gQ (R^H)^-1 + gQ (R^H)^-1``
     """
-    # Total ops: add 5, add_diag 1, diag_skew 2, matmul 3, solve_right 2, strictly_lower 1, transpose 5
+    # Total ops: add 4, add_diag 1, diag_skew 2, matmul 3, solve_right 1, strictly_lower 1, transpose 5
     # gA: derived at derivations/qr.py:93 (step 52: VJP gA by transposing the JVP)
     t0 = Q.mH
     t1 = t0 @ gQ
@@ -113,20 +110,18 @@ def qr_vjp_complex(Q, R, gQ, gR):
     t3 = gR.mH
     t4 = R @ t3
     t5 = 1j * t4.diagonal(dim1=-2, dim2=-1).resolve_conj().imag
-    t6 = t1.mH
-    t7 = R.mH
-    t8 = t4.mH
-    t9 = t1 + t4 - t8 - t6
+    t6 = R.mH
+    t7 = t4.mH
+    t8 = t1.mH
+    t9 = t1 + t4 - t8 - t7
     t10 = t9.tril(-1)
-    t11 = t10 - t1
+    t11 = t10 + t7 - t1
     t12 = t2 + t5
     t13 = _pairwise.add_diag(t11, t12)
-    t14 = torch.linalg.solve_triangular(t7, t13, upper=False, left=False)
-    t15 = gR + t14
-    t16 = Q @ t15
-    t17 = torch.linalg.solve_triangular(t7, gQ, upper=False, left=False)
-    t18 = t16 + t17
-    return t18
+    t14 = Q @ t13
+    t15 = gQ + t14
+    t16 = torch.linalg.solve_triangular(t6, t15, upper=False, left=False)
+    return t16
 
 
 

@@ -738,6 +738,7 @@ def factor_common(terms: list[Term], shape, structure: Structure):
     Greedy: the factor shared by the most terms first; deterministic tie-break by name.
     """
     terms = merge_projections(merge_hadamard(merge_solves(terms, structure), structure), structure)
+    terms = absorb_into_right_inverse(terms)
     if len(terms) <= 1:
         return _factor_inside(build(terms, shape), structure)
     best = None
@@ -762,6 +763,34 @@ def factor_common(terms: list[Term], shape, structure: Structure):
     if not rest:
         return grouped
     return MatAdd(grouped, factor_common(rest, shape, structure))
+
+
+def absorb_into_right_inverse(terms: list[Term]) -> list[Term]:
+    """``Σ_i X_i M^-1 + Y Z -> (Σ_i X_i + Y (Z M)) M^-1`` when ``Z M`` (or its transpose) is a product
+    the sum computes anyway: one solve with ``M`` instead of two, and no new product (the reduced
+    QR's VJP: ``Q gR + (...) R^-T`` becomes ``(Q gR R^T + ...) R^-T``, ``gR R^T`` being the transpose
+    of the ``R gR^T`` inside it).  The trailing inverse shared by the most terms (at least two) is
+    the one; a term is absorbed only when its product is found, so nothing costs more."""
+    counts = Counter(_key(fs[-1]) for _, fs in terms if fs and isinstance(fs[-1], Inverse))
+    if not counts:
+        return terms
+    key, count = max(sorted(counts.items()), key=lambda kv: kv[1])
+    if count < 2 or count == len(terms):
+        return terms
+    inverse = next(fs[-1] for _, fs in terms if fs and _key(fs[-1]) == key)
+    M = inverse.arg
+    present = {_key(node) for _, fs in terms for f in fs for node in sp.preorder_traversal(f) if isinstance(node, MatMul)}
+    out = []
+    for c, fs in terms:
+        if fs and _key(fs[-1]) != key and fs[-1].shape[1] == M.shape[0]:
+            product = MatMul(fs[-1], M)
+            transposed = MatMul(*(Transpose(a).doit() if not isinstance(a, Transpose) else a.arg
+                                  for a in reversed(product.args)))
+            if _key(product) in present or _key(transposed) in present:
+                out.append((c, (*fs, M, inverse)))
+                continue
+        out.append((c, fs))
+    return out
 
 
 def _factor_inside(expr, structure):
