@@ -403,9 +403,22 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters
-#: values within this many ulps of the largest (times n) count as equal to rounding: their vectors
-#: are rotated to a generic basis by the forward
+#: values within this many ulps of the largest (times sqrt(n)) count as equal to rounding: their
+#: vectors are rotated to a generic basis by the forward.  The rotation moves a vector's residual
+#: ``|A v - w v|`` by at most the spread of its cluster's values, so a cluster's spread is bounded by
+#: the tolerance (not chained from neighbour to neighbour) and the tolerance stays at the level of
+#: the solver's own backward error: ``16 n eps`` merged the whole spectrum of a float32 matrix of
+#: size 1024 with eigenvalues 8e-4 apart (relative) and returned vectors with residual 0.3.
 ROUNDING_ULPS = 16
+
+
+def rounding_rtol(n: int, dtype) -> float:
+    """The relative tolerance of "equal to rounding" for ``n`` values of ``dtype``:
+    ``ROUNDING_ULPS sqrt(n) eps``."""
+    import math
+
+    real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+    return ROUNDING_ULPS * math.sqrt(max(n, 1)) * torch.finfo(real).eps
 
 
 def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -436,26 +449,20 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
     if d.shape[-1] < 2 or d.numel() == 0:
         return None
     real = d.real.dtype if d.is_complex() else d.dtype
-    rtol = ROUNDING_ULPS * d.shape[-1] * torch.finfo(real).eps
+    rtol = rounding_rtol(d.shape[-1], real)
     if not _close_pair(d, "difference", rtol):
         return None
     flat = d.detach().reshape(-1, d.shape[-1]).cpu()
     out = []
     for row in flat:
         scale = float(row.abs().max().clamp_min(torch.finfo(real).tiny))
-        if row.is_complex():  # points of the plane: the connected groups of close pairs
+        if row.is_complex():  # points of the plane: the points near a first one (spread <= 2 rtol)
             close = ((row[:, None] - row[None, :]).abs() <= rtol * scale).tolist()
             seen, clusters = set(), []
             for i in range(len(close)):
                 if i in seen:
                     continue
-                group, todo = {i}, [i]
-                while todo:
-                    j = todo.pop()
-                    for m, near in enumerate(close[j]):
-                        if near and m not in group:
-                            group.add(m)
-                            todo.append(m)
+                group = {i} | {m for m, near in enumerate(close[i]) if near and m not in seen}
                 seen |= group
                 if len(group) > 1:
                     clusters.append(sorted(group))
@@ -463,8 +470,8 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
             continue
         order = torch.argsort(row).tolist()
         clusters, current = [], [order[0]]
-        for a, b in zip(order, order[1:]):
-            if float(row[b] - row[a]) <= rtol * scale:
+        for b in order[1:]:
+            if float(row[b] - row[current[0]]) <= rtol * scale:  # the spread from the cluster's first
                 current.append(b)
             else:
                 if len(current) > 1:

@@ -146,7 +146,7 @@ def sqrtm_general(A):
 
 def generic_basis(d, *vectors, normalize: bool = False):
     """``vectors`` (columns paired with the values ``d``) with the columns of every cluster of values
-    equal to rounding (``16 n eps max|d|``) rotated by one generic orthogonal (unitary) matrix, the
+    equal to rounding (``16 sqrt(n) eps max|d|``, as :func:`adjointgen.runtime.degeneracy.rounding_rtol`) rotated by one generic orthogonal (unitary) matrix, the
     same for every array (so ``U S V^H`` and ``V^H B V = I`` are kept); ``normalize``: the columns
     scaled to unit norm again (``eig``'s).  LAPACK's basis of an exactly degenerate eigenspace has
     exact zeros, at which the first-order test of a basis-dependent loss vanishes by accident (the
@@ -160,7 +160,14 @@ def generic_basis(d, *vectors, normalize: bool = False):
     real = jnp.finfo(dtype).dtype
     eps = float(jnp.finfo(real).eps)
     scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
-    K = (jnp.abs(d[..., :, None] - d[..., None, :]) <= 16 * n * eps * scale) & ~jnp.eye(n, dtype=bool)
+    tol = 16 * math.sqrt(n) * eps * scale
+    # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
+    # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
+    real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
+    width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
+    bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
+    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= tol) & (bucket[..., :, None] == bucket[..., None, :])
+         & ~jnp.eye(n, dtype=bool))
     rng = numpy.random.default_rng(0x5EED + n)
     M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
     Omega = jnp.asarray((M - numpy.conj(M.T)) / 2, dtype=dtype)
