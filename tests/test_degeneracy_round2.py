@@ -309,3 +309,11 @@ def test_the_generic_basis_never_mixes_vectors_of_distinct_values():
     assert len(clusters) > 1 and all(float(chain[c].max() - chain[c].min()) <= t * float(chain.max()) for c in clusters)
     exact = torch.tensor([1.0, 1.0, 1.0, 2.0], dtype=torch.float64)
     assert rounding_clusters(exact) == [[[0, 1, 2]]]
+    # a graded spectrum: each value far from the others relative to itself (the tolerance was
+    # relative to the largest, and the vectors of 1e-300, 1 and 1e100 were mixed)
+    graded = torch.tensor([1e-300, 1.0, 1e100, 1e300], dtype=torch.float64)
+    w, V = agt.eigh(torch.diag(graded))
+    assert torch.equal(V.abs(), torch.eye(4, dtype=torch.float64))
+    assert torch.equal(w, torch.linalg.eigvalsh(torch.diag(graded)))  # (LAPACK's scaling: 1e-300 -> 0)
+    U, S, Vh = agt.svd(torch.diag(graded))
+    assert torch.equal(U.abs(), torch.eye(4, dtype=torch.float64)[:, [3, 2, 1, 0]])

@@ -277,3 +277,6 @@ def test_the_generic_basis_never_mixes_vectors_of_distinct_values():
     A = jnp.asarray((A + A.T) / 2)
     w, V = agj.eigh(A)
     assert float(jnp.abs(A @ V - V * w).max()) < 1e-5 * float(jnp.abs(w).max())
+    graded = jnp.array([1e-300, 1.0, 1e100, 1e300])  # far apart relative to each value
+    w, V = agj.eigh(jnp.diag(graded))
+    assert bool(jnp.all(jnp.abs(V) == jnp.eye(4))) and bool(jnp.all(w == jnp.linalg.eigvalsh(jnp.diag(graded))))

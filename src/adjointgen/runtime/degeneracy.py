@@ -444,8 +444,10 @@ _ROTATIONS: dict = {}
 
 def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
     """For each matrix of the batch (flattened), the clusters (index lists) of values equal to
-    rounding (``|d_i - d_j| <= ROUNDING_ULPS n eps max|d|``), or ``None`` when there is none (an
-    ``O(n log n)`` host test)."""
+    rounding -- ``|d_i - d_j| <= rtol max(|d_i|, |d_j|)`` with :func:`rounding_rtol`, relative to
+    the pair, so that a graded spectrum (``1e-300, 1, 1e100, 1e300``) keeps every eigenvector, and
+    measured from each cluster's first value, so that its spread stays below that bound -- or
+    ``None`` when there is none (an ``O(n log n)`` host test)."""
     if d.shape[-1] < 2 or d.numel() == 0:
         return None
     real = d.real.dtype if d.is_complex() else d.dtype
@@ -455,9 +457,9 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
     flat = d.detach().reshape(-1, d.shape[-1]).cpu()
     out = []
     for row in flat:
-        scale = float(row.abs().max().clamp_min(torch.finfo(real).tiny))
         if row.is_complex():  # points of the plane: the points near a first one (spread <= 2 rtol)
-            close = ((row[:, None] - row[None, :]).abs() <= rtol * scale).tolist()
+            size = torch.maximum(row.abs()[:, None], row.abs()[None, :])
+            close = ((row[:, None] - row[None, :]).abs() <= rtol * size).tolist()
             seen, clusters = set(), []
             for i in range(len(close)):
                 if i in seen:
@@ -471,7 +473,8 @@ def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
         order = torch.argsort(row).tolist()
         clusters, current = [], [order[0]]
         for b in order[1:]:
-            if float(row[b] - row[current[0]]) <= rtol * scale:  # the spread from the cluster's first
+            first, value = float(row[current[0]]), float(row[b])
+            if value - first <= rtol * max(abs(first), abs(value)):  # the spread from the cluster's first
                 current.append(b)
             else:
                 if len(current) > 1:

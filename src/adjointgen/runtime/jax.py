@@ -166,8 +166,10 @@ def generic_basis(d, *vectors, normalize: bool = False):
     real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
     width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
     bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
-    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= tol) & (bucket[..., :, None] == bucket[..., None, :])
-         & ~jnp.eye(n, dtype=bool))
+    # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
+    pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
+    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= 16 * math.sqrt(n) * eps * pair)
+         & (bucket[..., :, None] == bucket[..., None, :]) & ~jnp.eye(n, dtype=bool))
     rng = numpy.random.default_rng(0x5EED + n)
     M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
     Omega = jnp.asarray((M - numpy.conj(M.T)) / 2, dtype=dtype)
