@@ -403,22 +403,13 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters
-#: values within this many ulps of the largest (times sqrt(n)) count as equal to rounding: their
-#: vectors are rotated to a generic basis by the forward.  The rotation moves a vector's residual
-#: ``|A v - w v|`` by at most the spread of its cluster's values, so a cluster's spread is bounded by
-#: the tolerance (not chained from neighbour to neighbour) and the tolerance stays at the level of
-#: the solver's own backward error: ``16 n eps`` merged the whole spectrum of a float32 matrix of
-#: size 1024 with eigenvalues 8e-4 apart (relative) and returned vectors with residual 0.3.
-ROUNDING_ULPS = 16
-
-
 def rounding_rtol(n: int, dtype) -> float:
-    """The relative tolerance of "equal to rounding" for ``n`` values of ``dtype``:
-    ``ROUNDING_ULPS sqrt(n) eps``."""
-    import math
+    """The relative tolerance of "equal to rounding" for ``n`` values of ``dtype``
+    (:func:`adjointgen.runtime.xp.rounding_rtol`, shared with the JAX side)."""
+    from .xp import rounding_rtol as shared
 
     real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
-    return ROUNDING_ULPS * math.sqrt(max(n, 1)) * torch.finfo(real).eps
+    return shared(n, torch.finfo(real).eps)
 
 
 def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:

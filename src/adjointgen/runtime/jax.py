@@ -43,7 +43,7 @@ from jax import lax
 from . import gauge
 from .rules import Rules
 from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, negligible, quotient, reciprocal
-from .xp import shifted_solve, zero_where_negligible
+from .xp import rounding_rtol, shifted_solve, zero_where_negligible
 
 __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
@@ -146,7 +146,8 @@ def sqrtm_general(A):
 
 def generic_basis(d, *vectors, normalize: bool = False):
     """``vectors`` (columns paired with the values ``d``) with the columns of every cluster of values
-    equal to rounding (``16 sqrt(n) eps max|d|``, as :func:`adjointgen.runtime.degeneracy.rounding_rtol`) rotated by one generic orthogonal (unitary) matrix, the
+    equal to rounding (:func:`adjointgen.runtime.xp.rounding_rtol`, relative to the pair) rotated by one
+    generic orthogonal (unitary) matrix, the
     same for every array (so ``U S V^H`` and ``V^H B V = I`` are kept); ``normalize``: the columns
     scaled to unit norm again (``eig``'s).  LAPACK's basis of an exactly degenerate eigenspace has
     exact zeros, at which the first-order test of a basis-dependent loss vanishes by accident (the
@@ -160,7 +161,8 @@ def generic_basis(d, *vectors, normalize: bool = False):
     real = jnp.finfo(dtype).dtype
     eps = float(jnp.finfo(real).eps)
     scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
-    tol = 16 * math.sqrt(n) * eps * scale
+    rtol = rounding_rtol(n, eps)
+    tol = rtol * scale
     # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
     # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
     real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
@@ -168,7 +170,7 @@ def generic_basis(d, *vectors, normalize: bool = False):
     bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
     # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
     pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
-    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= 16 * math.sqrt(n) * eps * pair)
+    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= rtol * pair)
          & (bucket[..., :, None] == bucket[..., None, :]) & ~jnp.eye(n, dtype=bool))
     rng = numpy.random.default_rng(0x5EED + n)
     M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
