@@ -321,10 +321,10 @@ def test_invert_definition_is_audited_in_a_derivation(tmp_path):
     assert all(s.residual < 1e-7 for s in report.steps if s.kind == "jvp")
 
 
-def test_an_auxiliary_output_with_a_declared_forward_is_refused_with_the_way_out():
-    """An output the rules read, returned as a non-differentiable auxiliary by a generated autograd
-    function, would make second derivatives silently wrong: refused, in either order of declaration,
-    naming hidden=True; without a forward (rule functions only), or declared hidden, it is accepted."""
+def test_auxiliary_and_hidden_outputs_are_accepted_next_to_a_declared_forward():
+    """Auxiliary outputs (no rule; recomputed by the forward where a derivative of the rules is taken,
+    see tests/test_auxiliary_outputs.py) and hidden ones (with rules), in either order of
+    declaration."""
     from adjointgen.calculus import Derivation
 
     for forward_first in (True, False):
@@ -334,15 +334,11 @@ def test_an_auxiliary_output_with_a_declared_forward_is_refused_with_the_way_out
         d.output("X", n, n)
         if forward_first:
             d.forward(torch="adjointgen.runtime.forward:lstsq")
-        with pytest.raises(DerivationError, match="hidden=True"):
-            d.output("P", n, n, auxiliary=True)
+        d.output("P", n, n, auxiliary=True)
+        d.output("Q", n, n, hidden=True)
+        if not forward_first:
             d.forward(torch="adjointgen.runtime.forward:lstsq")
-    d = Derivation("aux2", __file__, title="t")
-    n = d.dim("n")
-    d.input("A", n, n)
-    d.output("P", n, n, auxiliary=True)  # no forward: accepted
-    d.output("Q", n, n, hidden=True)
-    assert d.auxiliary_outputs == {"P"} and d.hidden_outputs == {"Q"}
+        assert d.auxiliary_outputs == {"P"} and d.hidden_outputs == {"Q"}
 
 
 def _count(expr, kind):

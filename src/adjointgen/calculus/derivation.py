@@ -374,7 +374,12 @@ class Derivation:
         ``real_diagonal``: its diagonal is real (and so is its tangent's), a convention of the
         factorization in a complex derivation (the Cholesky factor's positive diagonal).
         ``auxiliary``: an intermediate the forward returns for the rules (the eigendecomposition of
-        ``X = f(A)``), not returned by the public function and without a rule of its own.
+        ``X = f(A)``), not returned by the public function and without a rule of its own.  The
+        generated function saves it for a first derivative; where a derivative of the rules is taken
+        (a second derivative, ``torch.func`` transforms, JAX's higher orders) it recomputes it
+        differentiably by running the forward again, so the forward must then be differentiable
+        (torch operations for torch, ``jax.numpy`` for JAX), or that derivative raises an error
+        that says so.  An intermediate with a rule of its own: ``hidden``.
         ``symmetric`` (Hermitian in a complex derivation): the output and its tangent are, so the
         engine reads ``P^T`` as ``P`` (``P`` of the polar decomposition ``A = U P``), with no identity
         to state it.
@@ -419,7 +424,6 @@ class Derivation:
         self.api_names[name] = api or name
         if auxiliary:
             self.auxiliary_outputs.add(name)
-            self._no_auxiliary_with_forward()
         if constant:
             self.constant_outputs.add(name)
         if hidden:
@@ -431,18 +435,6 @@ class Derivation:
         if not constant:
             self._tangent(s)
         return s
-
-    def _no_auxiliary_with_forward(self):
-        """A generated public function returns its forward's outputs through an autograd function:
-        an output the rules read must then be differentiable itself, or a second derivative through
-        those rules would treat it as a constant (silently wrong)."""
-        if self.auxiliary_outputs and getattr(self, "forward_spec", None) is not None:
-            names = ", ".join(sorted(self.auxiliary_outputs))
-            raise DerivationError(
-                f"{self.path}:{self._line() or '?'}: auxiliary output(s) {names} with a declared forward: the generated "
-                f"function would differentiate its rules as if {names} were constant. Declare them "
-                f"hidden=True instead (returned with their own rules, not by the public function) and give their "
-                f"tangents in set_jvp, or leave out d.forward (rule functions only)")
 
     def _triangular(self, name, lower, upper, unit_diagonal=False):
         if lower and upper:
@@ -513,7 +505,6 @@ class Derivation:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
-        self._no_auxiliary_with_forward()
         check = _forward_check(self) if refs["numpy"] is not None else None
         self._record("forward", label, None, check=check,
                      note="the outputs of the declared NumPy forward satisfy every identity"

@@ -290,6 +290,14 @@ class OutputIR:
     #: of the rules that read it are exact), but not by the public function: the pseudo-inverse of
     #: least squares
     hidden: bool = False
+    #: returned by the forward for the rules to read, without a rule of its own: not returned by the
+    #: public function, not differentiable through the autograd function (a derivative of the rules
+    #: recomputes it with the forward, differentiably)
+    auxiliary: bool = False
+
+    @property
+    def has_rule(self) -> bool:
+        return not (self.constant or self.auxiliary)
 
 
 @dataclass(frozen=True)
@@ -343,12 +351,30 @@ class PublicIR:
 
     @property
     def returned(self) -> tuple["OutputIR", ...]:
-        """The outputs the public function returns (all but the hidden ones)."""
-        return tuple(o for o in self.outputs if not o.hidden)
+        """The outputs the public function returns (all but the hidden and auxiliary ones)."""
+        return tuple(o for o in self.outputs if not (o.hidden or o.auxiliary))
 
     @property
     def returned_indices(self) -> tuple[int, ...]:
-        return tuple(i for i, o in enumerate(self.outputs) if not o.hidden)
+        return tuple(i for i, o in enumerate(self.outputs) if not (o.hidden or o.auxiliary))
+
+    @property
+    def kept(self) -> tuple["OutputIR", ...]:
+        """The outputs with a rule or constant (all but the auxiliary ones): what JAX's custom-JVP
+        function returns."""
+        return tuple(o for o in self.outputs if not o.auxiliary)
+
+    @property
+    def returned_indices_of_kept(self) -> tuple[int, ...]:
+        return tuple(i for i, o in enumerate(self.kept) if not o.hidden)
+
+    @property
+    def auxiliary(self) -> tuple["OutputIR", ...]:
+        return tuple(o for o in self.outputs if o.auxiliary)
+
+    @property
+    def auxiliary_indices(self) -> tuple[int, ...]:
+        return tuple(i for i, o in enumerate(self.outputs) if o.auxiliary)
 
     @property
     def returns_doc(self) -> str:
@@ -357,7 +383,7 @@ class PublicIR:
     @property
     def tangent_returns(self) -> tuple[str, ...]:
         """The output tangents in the forms of the outputs (``dV.mH`` for ``Vh``)."""
-        return tuple("None" if o.constant else (f"d{o.name}.mH.resolve_conj()" if o.form == "adjoint" else f"d{o.name}")
+        return tuple("None" if not o.has_rule else (f"d{o.name}.mH.resolve_conj()" if o.form == "adjoint" else f"d{o.name}")
                      for o in self.outputs)
 
 
@@ -446,7 +472,7 @@ class OperationIR:
     def backward_env(self) -> tuple[str, ...]:
         """The names the autograd function's backward hands the dispatch: what it saved, the
         outputs in the rules' forms, their cotangents and the options."""
-        return self._env(tuple("g" + o.name for o in self.public.outputs if not o.constant))
+        return self._env(tuple("g" + o.name for o in self.public.outputs if o.has_rule))
 
     @property
     def forward_env(self) -> tuple[str, ...]:

@@ -830,7 +830,7 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
     outputs = []
     for s in outputs_sorted:
         public, form = d.public_forms.get(s.name, (api[s.name], None))
-        flags = (s.name in d.constant_outputs, s.name in d.hidden_outputs)
+        flags = (s.name in d.constant_outputs, s.name in d.hidden_outputs, s.name in d.auxiliary_outputs)
         if s.shape == (1, 1):
             outputs.append(OutputIR(api[s.name], public, "scalar", (), *flags))
         elif s.name in d.structure.diagonal:

@@ -244,7 +244,18 @@ PRINTERS = {"torch": TORCH, "xp": XP, "jax": JAX}
 
 
 class _ScalarPython(PythonCodePrinter):
-    """Python scalar printer for array operands (no ``math.`` prefix needed for +-*/)."""
+    """Python scalar printer for array operands (no ``math.`` prefix needed for +-*/); functions
+    (``exp`` of a user's pairwise matrix) come from the array module ``module`` (``torch.exp``,
+    ``xp.exp``)."""
+
+    def __init__(self, module: str, settings=None):
+        super().__init__(settings or {})
+        self.array_module = module
+
+    def _module_format(self, fqn, register=True):
+        if fqn.startswith("math."):
+            return f"{self.array_module}.{fqn[5:]}"
+        return super()._module_format(fqn, register)
 
     def _print_Symbol(self, expr):
         return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
@@ -278,8 +289,8 @@ class _ScalarC(C99CodePrinter):
         return f"(T({expr.p}) / T({expr.q}))"
 
 
-def scalar_python(expr: sp.Expr) -> str:
-    return _ScalarPython({"strict": True}).doprint(expr)
+def scalar_python(expr: sp.Expr, module: str = "torch") -> str:
+    return _ScalarPython(module, {"strict": True, "fully_qualified_modules": True}).doprint(expr)
 
 
 def scalar_c(expr: sp.Expr) -> str:

@@ -154,11 +154,11 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
         out = public(*xs)
         return out if isinstance(out, tuple) else (out,)
 
-    if len(pub.returned) < len(pub.outputs):
-        # hidden outputs have rules too: check them all on the function the public one returns a part of
-        import ast
+    import ast
 
-        options = tuple(ast.literal_eval(v) for _, v in pub.all_options)
+    options = tuple(ast.literal_eval(v) for _, v in pub.all_options)
+    if len(pub.returned) < len(pub.kept):
+        # hidden outputs have rules too: check them all on the function the public one returns a part of
         custom = getattr(module, f"_{op.name}_custom_jvp")
 
         def call(*xs):  # noqa: F811
@@ -174,7 +174,8 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
         try:
             with gauge.disabled():
                 out, pullback = jax.vjp(call, *inputs)
-                values = forward_outputs(d, tuple(np.asarray(o) for o in out), np)
+                full = out if not pub.auxiliary else module._forward_outputs(*inputs, *options[:len(pub.options)])
+                values = forward_outputs(d, tuple(np.asarray(o) for o in full), np)
                 residual = identity_residual(d, ctx, values)
                 if not residual <= 1e-7:
                     problems.append(f"{path}: the forward of {op.name} does not satisfy the identities (relative "
@@ -186,7 +187,7 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
                 # derivation's (Re <G, dX> = Re tr(G^H dX))
                 cotangents = tuple(jnp.zeros_like(value) if o.constant else
                                    jnp.conj(jnp.asarray(_public_form(ctx.cotangents["g" + by_code[o.name].name], o.form)))
-                                   for o, value in zip(pub.outputs, out))
+                                   for o, value in zip(pub.kept, out))
                 got = [jnp.conj(g) for g in pullback(cotangents)]
                 vjp = d.vjp if complex_instance or d.real_vjp is None else d.real_vjp
                 for s, g in zip(d.inputs, got):
@@ -197,7 +198,7 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
                 tangents = tuple(jnp.asarray(ctx.env["d" + s.name]) for s in d.inputs)
                 _, dout = jax.jvp(call, tuple(inputs), tangents)
                 jvp = d.jvp if complex_instance or d.real_jvp is None else d.real_jvp
-                for o, t in zip(pub.outputs, dout):
+                for o, t in zip(pub.kept, dout):
                     if o.constant:
                         continue
                     want = _public_form(evaluate(jvp.raw["d" + by_code[o.name].name], env, ctx.dims), o.form)
@@ -313,9 +314,10 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                 # reverse mode: the cotangents of the audit, in the outputs' public forms
                 grads, ruled = [], []
                 for o, value in zip(pub.outputs, out):
-                    if o.constant:
+                    if not o.has_rule:
                         if value.requires_grad:
-                            problems.append(f"{path}: {cls.__name__}: the constant output {o.public} is differentiable")
+                            problems.append(f"{path}: {cls.__name__}: the {'constant' if o.constant else 'auxiliary'} "
+                                            f"output {o.public} is differentiable")
                         continue
                     g = ctx.cotangents["g" + by_code[o.name].name]
                     g = _public_form(g, o.form)
@@ -338,9 +340,10 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                 jvp = d.jvp if complex_instance or d.real_jvp is None else d.real_jvp
                 for o, t in zip(pub.outputs, dout):
                     sym = by_code[o.name]
-                    if o.constant:
+                    if not o.has_rule:
                         if t is not None and bool(t.ne(0).any()):
-                            problems.append(f"{path}: {cls.__name__}.jvp: the constant output {o.public} has a tangent")
+                            problems.append(f"{path}: {cls.__name__}.jvp: the {'constant' if o.constant else 'auxiliary'} "
+                                            f"output {o.public} has a tangent")
                         continue
                     want = _public_form(evaluate(jvp.raw["d" + sym.name], env, ctx.dims), o.form)
                     err = _relative_error(t.resolve_conj().numpy(), want)
@@ -350,7 +353,7 @@ def _check_function(op, d, module, contexts, path, problems, torch):
                 # the public function returns what the autograd function returns
                 pub_out = public(*[x.detach() for x in inputs])
                 pub_out = pub_out if isinstance(pub_out, tuple) else (pub_out,)
-                for o, a, b in zip(pub.returned, pub_out, [v for o, v in zip(pub.outputs, out) if not o.hidden]):
+                for o, a, b in zip(pub.returned, pub_out, [v for o, v in zip(pub.outputs, out) if o in pub.returned]):
                     if not torch.equal(a.detach().resolve_conj(), b.detach().resolve_conj()):
                         problems.append(f"{path}: the public function {op.name} returns another {o.public} than "
                                         f"{cls.__name__} (instance {index})")

@@ -51,6 +51,7 @@ from ..runtime.eigsolvers import partial_eigh
 from ..runtime.gauge import DegenerateSubspaceError
 from ..runtime.linear_operator import LinearOperator, as_operator, sparse_lowrank_pattern_grad
 from ..runtime.solvers import backward_tol, solve_options
+from ..runtime.function import nested_forward as _nested_forward
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class EigshFunction(torch.autograd.Function):
         return vmap_by_loop(EigshFunction, info, in_dims, spec, A, B, *params)
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, _spec_tangent, dA, dB, *dparams):
         w, V, A, B = ctx.saved_tensors
         if ctx.split:

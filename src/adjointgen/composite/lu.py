@@ -17,6 +17,7 @@ import torch
 from ..generated.torch import lu as square
 from ..runtime import dispatch as _dispatch
 from ..runtime.checks import SingularMatrixError, is_traced, vmap_as_batch
+from ..runtime.function import nested_forward as _nested_forward
 
 
 def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero pivots") -> None:
@@ -122,6 +123,7 @@ class LuFunction(torch.autograd.Function):
         return _vjp(_permutation(P, L), L, U, gL, gU), None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, _):
         P, L, U = ctx.saved_tensors
         check_pivots(U)

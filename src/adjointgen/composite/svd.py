@@ -10,6 +10,7 @@ from ..generated.torch import svd_complement as complement
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
 from ..runtime import value_blocks as _value_blocks
+from ..runtime.function import nested_forward as _nested_forward
 
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
@@ -87,6 +88,7 @@ class SvdFullFunction(torch.autograd.Function):
         return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:], A=A.mH).mH
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA):
         U, S, Vh = ctx.saved_tensors
         k = S.shape[-1]
@@ -124,6 +126,7 @@ class NullSpaceCheck(torch.autograd.Function):
         return gU, gS, None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dU, dS, _):
         return dU, dS
 

@@ -30,6 +30,7 @@ from ..runtime.eigsolvers import partial_eigh
 from ..runtime.linear_operator import LinearOperator
 from ..runtime.solvers import DENSE_DIRECT_MAX_N, backward_tol, solve_options
 from .eigsh import _Cut
+from ..runtime.function import nested_forward as _nested_forward
 
 #: tall matrices with at most this many columns form the Gram matrix A^T A in the forward
 GRAM_MAX_N = 4000
@@ -135,6 +136,7 @@ class _SvdsCore(torch.autograd.Function):
         return vmap_by_loop(_SvdsCore, info, in_dims, A, k, largest, tol, maxiter)
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, *_):
         A, U, S, V = ctx.saved_tensors
         if ctx.split:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+from .function import nested_forward as _nested_forward
 
 __all__ = [
     "NotPositiveDefiniteError", "ShapeError", "SingularMatrixError", "broadcast_batch", "finite", "floating",
@@ -178,7 +179,9 @@ class _Opaque:
 
 class _PerElement(torch.autograd.Function):
     """``fn(*args)`` once per batch element under ``vmap`` (plain tensors each time): for a
-    backward whose solves and checks decide on values.  Not differentiated further."""
+    backward whose solves and checks decide on values.  Differentiable: its own backward and
+    forward mode run ``torch.func.vjp``/``torch.func.jvp`` of ``fn`` per element, so a second
+    derivative that reaches a vmapped backward (``jacrev(jacrev(f))``, ``hessian``) is exact."""
 
     @staticmethod
     def forward(fn, *args):
@@ -187,11 +190,47 @@ class _PerElement(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.mark_non_differentiable(*[o for o in output if isinstance(o, torch.Tensor)])
+        fn, *args = inputs
+        ctx.fn = fn
+        ctx.n_outputs = len(output)
+        ctx.save_for_backward(*args)
+        ctx.save_for_forward(*args)
+
+    @staticmethod
+    def _restricted(ctx, args, idx):
+        def f(*diff):
+            full = list(args)
+            for i, d in zip(idx, diff):
+                full[i] = d
+            out = ctx.fn.value(*full)
+            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+        return f
 
     @staticmethod
     def backward(ctx, *grads):
-        raise NotImplementedError("second derivatives of a per-element backward under vmap are not available")
+        args = ctx.saved_tensors
+        idx = [i for i, need in enumerate(ctx.needs_input_grad[1:]) if need and args[i] is not None]
+        if not idx:
+            return (None,) * (1 + len(args))
+        out, pull = torch.func.vjp(_PerElement._restricted(ctx, args, idx), *(args[i] for i in idx))
+        got = pull(tuple(torch.zeros_like(o) if g is None else g for o, g in zip(out, grads)))
+        result = [None] * (1 + len(args))
+        for i, g in zip(idx, got):
+            result[1 + i] = g
+        return tuple(result)
+
+    @staticmethod
+    @_nested_forward
+    def jvp(ctx, _fn_tangent, *tangents):
+        args = ctx.saved_tensors
+        idx = [i for i, t in enumerate(tangents) if t is not None and args[i] is not None]
+        if not idx:
+            return (None,) * ctx.n_outputs
+        # (copies: the values may be expanded views, which forward AD cannot make dual)
+        _, out = torch.func.jvp(_PerElement._restricted(ctx, args, idx), tuple(args[i].clone() for i in idx),
+                                tuple(tangents[i].clone() for i in idx))
+        return out
 
     @staticmethod
     def vmap(info, in_dims, fn, *args):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from .function import nested_forward as _nested_forward
 
 __all__ = ["complete_q"]
 
@@ -31,6 +32,7 @@ class _ComplementBasis(torch.autograd.Function):
         return None, None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, gQ2, gA):
         raise RuntimeError(
             "qr(mode='complete') with m > n is not differentiable in forward mode: the extra columns of Q "

@@ -10,6 +10,7 @@ lives here: which factorization to use is a numerical choice, the rule is the de
 from __future__ import annotations
 
 import torch
+from .function import nested_forward as _nested_forward
 
 __all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester"]
 
@@ -104,6 +105,7 @@ class _SylvesterSolve(torch.autograd.Function):
         return (gA, gB, gC, *(None,) * len(ctx.extra))
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, dB, dC, *_):
         A, B, X = ctx.saved_tensors
         rhs = torch.zeros_like(X) if dC is None else dC
@@ -231,6 +233,7 @@ class _NotDifferentiatedFurther(torch.autograd.Function):
         raise SingularMatrixError(ctx.message)
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dX, _):
         from .checks import SingularMatrixError
 
@@ -316,6 +319,7 @@ class _ExpFrechetSolve(torch.autograd.Function):
         return gX, gC
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dX, dC):
         X, Y = ctx.saved_tensors
         rhs = torch.zeros_like(Y) if dC is None else dC

@@ -28,6 +28,7 @@ import torch
 from . import checks as _checks
 from . import divided as _divided
 from . import function as _function
+from .function import nested_forward as _nested_forward
 
 __all__ = ["Spectral", "apply", "second_order"]
 
@@ -233,6 +234,7 @@ class _Funm(torch.autograd.Function):
         return _Frechet.apply(A, gX, w, V, ctx.bound), None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, *_):
         A, w, V = ctx.saved_tensors
         return _Frechet.apply(A, dA, w, V, ctx.bound), None, None
@@ -266,6 +268,7 @@ class _Frechet(torch.autograd.Function):
         return gA, gG, None, None, None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, dG, *_):
         A, G, w, V = ctx.saved_tensors
         out = None
@@ -310,6 +313,7 @@ class _Second(torch.autograd.Function):
         return None, gG, gH, None, None, None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dA, dG, dH, *_):
         A, G, H, w, V = ctx.saved_tensors
         if dA is not None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from .function import nested_forward as _nested_forward
 
 __all__ = ["BLOCKS", "Block", "active_for", "add_diag", "block_term", "cut", "declared", "loss_curvature", "scale_cols",
            "scale_rows", "second_order", "times"]
@@ -378,6 +379,7 @@ class _ClusterMean(torch.autograd.Function):
         return (means.to(g.dtype) @ g.unsqueeze(-1)).squeeze(-1), None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dx, dmeans):
         means, = ctx.saved_tensors
         return (means.to(dx.dtype) @ dx.unsqueeze(-1)).squeeze(-1)
@@ -401,6 +403,7 @@ class _Cut(torch.autograd.Function):
         return (torch.zeros_like(g) if ctx.switch.on else g), None
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dx, dswitch):
         return dx
 
@@ -459,6 +462,7 @@ class _BlockTimes(torch.autograd.Function):
         return (outs[0], None, None, None, None, None, *(None,) * len(basis), *outs[1:])
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dX, dF, dP, dQ, dmask, dmeta, *drest):
         X, F, P, Q, mask, *basis = ctx.saved_tensors
         out = F * dX if dX is not None else torch.zeros_like(F * X)
@@ -502,6 +506,7 @@ class _BlockTerm(torch.autograd.Function):
         return (None, None, None, *(None,) * len(basis), *_NoFurther.apply(*grads))
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, dD, dmask, dmeta, *drest):
         D, mask, *basis = ctx.saved_tensors
         dinputs = drest[len(basis):]
@@ -530,6 +535,7 @@ class _NoFurther(torch.autograd.Function):
         raise _third_order_error()
 
     @staticmethod
+    @_nested_forward
     def jvp(ctx, *tangents):
         raise _third_order_error()
 
