@@ -83,12 +83,31 @@ except ImportError:  # pragma: no cover - older torch
     _is_batched = _is_wrapped = None
 
 
+def is_proxy_tracing() -> bool:
+    """Whether ``make_fx``'s proxy tracing is recording the operations (``torch.func.linearize``
+    traces its ``jvp`` so): values read on the host then become constants of the traced graph."""
+    try:
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+    except AttributeError:  # pragma: no cover - another torch
+        return False
+
+
+def host_arrays(op: str, *tensors):
+    """NumPy copies of ``tensors`` for a computation on the host (SciPy), or a ``RuntimeError`` under
+    proxy tracing (``torch.func.linearize``, ``make_fx``), which would record the result as a
+    constant and replay it for every other input: a silently wrong derivative."""
+    if is_proxy_tracing():
+        raise RuntimeError(f"{op} computes on the host (SciPy), which a tracer (torch.func.linearize, make_fx) "
+                           f"would record as a constant; use torch.func.jvp (or torch.autograd.forward_ad) instead")
+    return tuple(t.detach().cpu().resolve_conj().numpy() for t in tensors)
+
+
 def is_traced(x: torch.Tensor) -> bool:
     """Whether ``x`` has no values to read on the host: batched by ``vmap``, a meta or fake tensor
-    (shape propagation, ``torch.compile``), or traced by a compiler."""
+    (shape propagation, ``torch.compile``), traced by a compiler or by ``make_fx`` (``linearize``)."""
     if _is_batched is None:  # pragma: no cover - older torch
         return False
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or is_proxy_tracing():
         return True
     if isinstance(x, torch.Tensor) and (x.is_meta or (type(x) is not torch.Tensor and _is_fake(x))):
         return True  # (fake tensors are a Tensor subclass)
@@ -251,9 +270,15 @@ def physical(*tensors, levels: bool = False):
     dimension in front, aligned across the tensors (size 1 where a tensor is not batched at a
     level), for checks that read values on the host.  ``None`` stays ``None``; a tensor being
     traced by a compiler makes the result ``None`` (no values to read).  With ``levels=True`` the
-    result is ``(tensors, vmap levels in front order)``, for :func:`rebatch`."""
+    result is ``(tensors, vmap levels in front order)``, for :func:`rebatch`.  Under ``make_fx``'s
+    proxy tracing (``torch.func.linearize``) the values are not readable and a check skipped there
+    would not run when the traced graph is replayed: a ``RuntimeError`` says so."""
     if torch.compiler.is_compiling():
         return None
+    if is_proxy_tracing() and any(isinstance(t, torch.Tensor) for t in tensors):
+        raise RuntimeError("adjointgen checks this derivative on the values (clusters of equal eigenvalues, a "
+                           "tangent that splits one, singular values at zero), which a tracer (torch.func.linearize, "
+                           "make_fx) cannot read and would not replay: use torch.func.jvp (or torch.func.jacfwd) instead")
     found: set = set()
     try:
         from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, \

@@ -157,9 +157,10 @@ def sqrtm_general(A):
     """The principal square root of general square ``A`` (batched, real or complex) by SciPy's
     Schur method on the host (tensors on other devices make a round trip); a ``ValueError`` names an
     eigenvalue on the closed negative real axis."""
+    from .checks import host_arrays
     from .xp import sqrtm_general as on_host
 
-    X = on_host(A.detach().cpu().resolve_conj().numpy())
+    X = on_host(*host_arrays("sqrtm", A))
     return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)
 
 
@@ -185,7 +186,8 @@ def logm_general(A):
     """The principal logarithm of general square ``A`` (batched, real or complex) by SciPy's
     inverse scaling and squaring on the host (tensors on other devices make a round trip); a
     ``ValueError`` names an eigenvalue on the closed negative real axis."""
+    from .checks import host_arrays
     from .xp import logm_general as on_host
 
-    X = on_host(A.detach().cpu().resolve_conj().numpy())
+    X = on_host(*host_arrays("logm", A))
     return torch.from_numpy(X).to(device=A.device, dtype=A.dtype)

@@ -78,7 +78,9 @@ def _bartels_stewart(A, B, C):
 
     import numpy
 
-    a, b, c = (t.detach().cpu().resolve_conj().numpy() for t in (A, B, C))
+    from .checks import host_arrays
+
+    a, b, c = host_arrays("sylvester (general A, B)", A, B, C)
     return torch.from_numpy(on_host(numpy, a, b, c, hermitian=False)).to(device=C.device)
 
 
@@ -296,7 +298,9 @@ class _ExpFrechetSolve(torch.autograd.Function):
 
         import numpy
 
-        x, c = (t.detach().cpu().resolve_conj().numpy() for t in (X, C))
+        from .checks import host_arrays
+
+        x, c = host_arrays("the inverse Fréchet derivative of exp (logm)", X, C)
         try:
             y = on_host(numpy, x, c)
         except numpy.linalg.LinAlgError as exc:

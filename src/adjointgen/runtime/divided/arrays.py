@@ -144,6 +144,14 @@ class TorchArrays(Arrays):
 
         super().__init__(torch, torch.special)
 
+    def concrete(self, x) -> bool:
+        """Not traced by a compiler, ``make_fx`` (``torch.func.linearize``) or ``vmap``."""
+        import torch
+
+        from ..checks import is_traced
+
+        return not (isinstance(x, torch.Tensor) and is_traced(x))
+
     def dtype_of(self, x):
         import torch
 
