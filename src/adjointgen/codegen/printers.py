@@ -243,34 +243,6 @@ JAX = ArrayPrinter(
 PRINTERS = {"torch": TORCH, "xp": XP, "jax": JAX}
 
 
-class _ScalarPython(PythonCodePrinter):
-    """Python scalar printer for array operands (no ``math.`` prefix needed for +-*/); functions
-    (``exp`` of a user's pairwise matrix) come from the array module ``module`` (``torch.exp``,
-    ``xp.exp``)."""
-
-    def __init__(self, module: str, settings=None):
-        super().__init__(settings or {})
-        self.array_module = module
-
-    def _module_format(self, fqn, register=True):
-        if fqn.startswith("math."):
-            return f"{self.array_module}.{fqn[5:]}"
-        return super()._module_format(fqn, register)
-
-    def _print_Symbol(self, expr):
-        return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
-
-    def _print_conjugate(self, expr):  # arrays of torch, NumPy/CuPy and JAX all have .conj()
-        return f"({self._print(expr.args[0])}).conj()"
-
-    def _print_Pow(self, expr, rational=False):
-        base, exp = expr.args
-        if exp == 2:  # x*x: one multiply, and no pow kernel on tensors (parenthesized: it may divide)
-            b = self.parenthesize(base, 100)
-            return f"({b}*{b})"
-        return super()._print_Pow(expr, rational=rational)
-
-
 class _ScalarC(C99CodePrinter):
     def _print_Symbol(self, expr):
         return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
@@ -287,10 +259,6 @@ class _ScalarC(C99CodePrinter):
 
     def _print_Rational(self, expr):
         return f"(T({expr.p}) / T({expr.q}))"
-
-
-def scalar_python(expr: sp.Expr, module: str = "torch") -> str:
-    return _ScalarPython(module, {"strict": True, "fully_qualified_modules": True}).doprint(expr)
 
 
 def scalar_c(expr: sp.Expr) -> str:
@@ -312,10 +280,26 @@ class _ArrayPython(PythonCodePrinter):
 
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
-        if exp == 2:  # parenthesized: it may divide
+        if exp == 2:  # x*x: one multiply, no pow kernel on tensors (parenthesized: it may divide)
             b = self.parenthesize(base, 100)
             return f"({b}*{b})"
         return super()._print_Pow(expr, rational=rational)
+
+
+class _ScalarPython(_ArrayPython):
+    """The elementwise printer of a pairwise matrix's formula in ``d_i``, ``d_j`` (array operands);
+    functions (``exp`` of a user's pairwise matrix) come from the array module (``torch.exp``,
+    ``xp.exp``)."""
+
+    def _print_Symbol(self, expr):
+        return {DI.name: "d_i", DJ.name: "d_j"}.get(expr.name, super()._print_Symbol(expr))
+
+    def _print_conjugate(self, expr):  # arrays of torch, NumPy/CuPy and JAX all have .conj()
+        return f"({self._print(expr.args[0])}).conj()"
+
+
+def scalar_python(expr: sp.Expr, module: str = "torch") -> str:
+    return _ScalarPython(module, {"strict": True, "fully_qualified_modules": True}).doprint(expr)
 
 
 def array_python(expr: sp.Expr, module: str = "torch") -> str:

@@ -216,5 +216,6 @@ def tangent_split_error(op: str, members, where: str = "", values=None):
         f"multiple of the identity, so the values' tangents and the basis inside the cluster are not defined. A "
         f"tangent cannot carry what a loss invariant under the cluster's rotations needs (its block), and forward "
         f"mode cannot see which loss follows. Use reverse mode (torch.autograd.grad, torch.func.grad, jax.grad, "
-        f"jacrev), which checks the loss, the library's funm for a matrix function, or broadening= for a biased finite "
-        f"surrogate; set the tolerance with cluster_rtol=")
+        f"jacrev), which checks the loss; for a Hessian with torch, reverse over reverse (torch.func.jacrev(jacrev(f)), "
+        f"torch.autograd.functional.hessian, gradgradcheck), exact here for invariant losses; the library's funm for a "
+        f"matrix function, or broadening= for a biased finite surrogate; set the tolerance with cluster_rtol=")
