@@ -1,4 +1,10 @@
-"""Calling the generated autograd functions without ``torch.autograd.Function.apply``'s binding.
+"""What every adjointgen autograd function shares with torch's autograd machinery.
+
+- :func:`apply`: calling a generated function without ``torch.autograd.Function.apply``'s binding;
+- :func:`nested_forward`: the decorator of every ``jvp`` staticmethod, so that forward mode over
+  forward mode is exact (torch switches it off inside a custom function's ``jvp``);
+- :func:`auxiliary`: the auxiliary outputs a rule reads, recomputed by the forward where the rule
+  itself is differentiated.
 
 ``torch.autograd.Function.apply`` binds its arguments to ``forward``'s signature with
 ``inspect.signature`` on every call (to apply default arguments for ``setup_context``): about 30
