@@ -176,3 +176,30 @@ def test_linearize_is_right_or_a_clear_error(dtype):
                 wrong.append(f"{what}: {err:.1e}")
     assert not wrong, wrong
     assert "inv" not in raised and "grad of cholesky" not in raised  # the plain rules do linearize
+
+
+def test_complex_second_order_transforms():
+    """Complex inputs through a real parametrization ``A = R[0] + i R[1]``: ``hessian``,
+    ``jacrev(jacrev)`` and ``jacfwd(jacfwd)`` of a real loss, contracted with a direction, against
+    central differences of the gradient.  (A complex ``det``'s ``jacrev(jacrev)`` raised: a rule
+    reading ``A`` only as ``A^H`` handed torch's ``ComplexBackward`` a conjugate view under ``vmap``.)"""
+    bad = []
+    for name, (ours, _, X) in _cases(torch.complex128).items():
+        R = torch.stack([X.real, X.imag])
+        g = torch.Generator().manual_seed(5)
+        G = torch.randn(_flat(ours(X)).shape, dtype=torch.complex128, generator=g)
+        v = torch.randn(R.shape, dtype=D, generator=g)
+        loss = lambda R: (_flat(ours(torch.complex(R[0], R[1]))) * G).sum().real  # noqa: E731, B023
+        grad = torch.func.grad(loss)
+        h = 1e-5
+        want = (grad(R + h * v) - grad(R - h * v)) / (2 * h)
+        for transform, T in TRANSFORMS.items():
+            try:
+                got = (T(loss)(R) * v).sum(tuple(range(-R.dim(), 0)))
+            except RuntimeError as exc:
+                bad.append(f"{name} {transform}: {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            err = ((got - want).abs().max() / want.abs().max().clamp_min(1)).item()
+            if not err < 1e-6:
+                bad.append(f"{name} {transform}: {err:.1e}")
+    assert not bad, bad

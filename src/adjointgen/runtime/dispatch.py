@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from . import degeneracy, gauge, value_blocks
+from .function import nested_forward as _nested_forward
 from .rules import Call, Residual, Rules
 
 __all__ = ["Call", "Residual", "Rules", "for_data", "jvp", "vjp"]
@@ -69,7 +72,46 @@ def jvp(rules: Rules, env: dict) -> tuple:
 
 
 def vjp(rules: Rules, env: dict) -> tuple:
-    """The input cotangents (``rules.outputs``), checked where the gauge leaves freedom."""
+    """The input cotangents (``rules.outputs``), checked where the gauge leaves freedom; without a
+    lazy conjugate or negative bit (a rule's ``X.mH`` is a view with the conjugate bit, and
+    ``torch.complex``'s backward under ``vmap`` then reads it as a negative view, which has no
+    batching rule: ``jacrev(jacrev(f))`` of a complex ``det`` failed)."""
+    if torch.is_grad_enabled():  # a second derivative is being built: its cotangents of the inputs resolved too
+        env = dict(env)
+        for name in rules.outputs:
+            x = env.get(name[1:])
+            if isinstance(x, torch.Tensor) and x.is_complex() and x.requires_grad:
+                env[name[1:]] = _ResolvedGradient.apply(x)
+    return tuple(g.resolve_conj().resolve_neg() if g is not None and g.is_complex() else g for g in _vjp(rules, env))
+
+
+class _ResolvedGradient(torch.autograd.Function):
+    """The identity, whose gradient has no lazy conjugate or negative bit: a rule that reads an input
+    only as ``A^H`` (``det``: ``adj(A^H)``) otherwise hands torch's ``ComplexBackward`` a conjugate
+    view in a second derivative, which ``vmap`` cannot batch (``jacrev(jacrev(f))`` of a complex
+    ``det`` raised "Batching rule not implemented for aten::_neg_view")."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.resolve_conj().resolve_neg()
+
+    @staticmethod
+    @_nested_forward
+    def jvp(ctx, dx):
+        return dx.view_as(dx)  # (a view, as the forward's output is)
+
+
+def _vjp(rules: Rules, env: dict) -> tuple:
     if rules.complex_only:  # complex rules; the phases are always a gauge; a real input's cotangent is real
         _independent(rules, env)
         cenv = _as_complex(env, rules.vjp, rules.vjp_checked, *(r.call for r in rules.residuals))
