@@ -644,7 +644,10 @@ def _raise(op, phase, cluster, basis=False):
             "values of a cluster, so its gradient does not exist: use a loss that depends on a cluster only "
             "through its span (the projector onto it) and symmetric functions of its values; set the tolerance "
             "with cluster_rtol=, use broadening= for a biased finite surrogate, or disable the check with "
-            "adjointgen.runtime.gauge.set_enabled(False)")
+            "adjointgen.runtime.gauge.set_enabled(False). In a second derivative (jax.hessian, "
+            "jacrev(jacrev(f)), check_grads(order=2)) at a cluster this check sees the outer derivative's "
+            "cotangents, which no invariant loss makes zero: second derivatives at an exact cluster are not "
+            "available in JAX (torch's reverse over reverse has them)")
     if bool(phase):
         raise gauge.PhaseDependentLossError(
             f"{op}: the loss depends on the phase of a complex vector: complex vectors are defined only up to a "
