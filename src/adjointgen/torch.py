@@ -666,10 +666,10 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
     else:
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
-        if isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-2] != A.shape[-1]:
+        if isinstance(A, torch.Tensor) and A.dim() >= 2:
             from .composite.svd import guard_null_space
 
-            if A.shape[-2] > A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
+            if A.shape[-2] >= A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
                 U, S = guard_null_space(U, S, cluster_rtol)
             else:
                 V, S = guard_null_space(Vh.mH, S, cluster_rtol)

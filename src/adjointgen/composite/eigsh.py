@@ -232,7 +232,7 @@ def _cluster_checks(generalized, w, V, gw, gV):
     V, gw, gV = _degeneracy.complete("eigsh", w, (V,), gw, (gV,))
     module = rules_generalized if generalized else rules
     residual = getattr(module, f"{name}_gauge_clusters{'_complex' if V.is_complex() else ''}")(w, V, gV)
-    _degeneracy.check("eigsh", residual, _degeneracy.cluster_mask(w), None, gV, values=w)
+    _degeneracy.check("eigsh", residual, _degeneracy.cluster_mask(w), None, gV, values=w, gd=gw)
     return V, gw, gV
 
 

@@ -119,10 +119,13 @@ class NullSpaceCheck(torch.autograd.Function):
     def backward(ctx, gU, gS):
         U, S, zero = ctx.saved_tensors
         if _gauge.enabled():
-            if gU is not None:
+            square = U.shape[-2] == U.shape[-1]
+            if gU is not None and not square:
                 _gauge.check_null_space("svd", U, gU, zero)
             if gS is not None:
-                _gauge.check_zero_values("svd", gS, zero)
+                # a square matrix has no complement: U f(S) V^H with an odd f is smooth there, and its
+                # cotangents say so (check_zero_values)
+                _gauge.check_zero_values("svd", gS, zero, *((U, gU, S) if square else ()))
         return gU, gS, None
 
     @staticmethod
@@ -138,12 +141,12 @@ class NullSpaceCheck(torch.autograd.Function):
 
 
 def guard_null_space(U, S, rtol=None):
-    """``(U, S)`` (``U`` the longer side's singular vectors, ``(..., m, k)`` with ``m > k``) routed
+    """``(U, S)`` (``U`` the longer side's singular vectors, ``(..., m, k)`` with ``m >= k``) routed
     through :class:`NullSpaceCheck` when some singular value is zero (to ``rtol``) and a gradient
-    may flow."""
+    may flow (a square matrix: its zero values only)."""
     from ..runtime.checks import physical
 
-    if U.shape[-2] <= U.shape[-1] or S.numel() == 0 or not (U.requires_grad or S.requires_grad or _is_dual(U)):
+    if U.shape[-2] < U.shape[-1] or S.numel() == 0 or not (U.requires_grad or S.requires_grad or _is_dual(U)):
         return U, S
     plain = physical(S)
     if plain is None or not bool(_degeneracy.zero_mask(plain[0], rtol).any()):

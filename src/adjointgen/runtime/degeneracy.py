@@ -259,20 +259,31 @@ def _clusters_of(mask: torch.Tensor) -> list[list[int]]:
 
 
 def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.Tensor | None, *cotangents,
-          what: str = "eigenvalues", values: torch.Tensor | None = None) -> None:
+          what: str = "eigenvalues", values: torch.Tensor | None = None, gd: torch.Tensor | None = None) -> None:
     """Raise :class:`DegenerateSubspaceError` when, inside a cluster of equal ``what``, the loss
     depends on the basis (the derived residual is not zero) or on the individual values (their
     cotangents ``split`` differ); ``values`` (the eigen- or singular values) name the cluster in
-    the message."""
+    the message.
+
+    A residual counts against the cotangents of its own vectors and, with ``values`` and the value
+    cotangent ``gd`` (``split``, or passed as ``gd=`` where the split is not checked), against what
+    the rule drops with it: its quotient by the pair's gap ``d_j - d_i`` (the within-cluster term
+    of the gradient, zero in the rule) below ``sqrt(eps)`` of the gradient's size
+    ``max|gd| + max|gV| / max|d|``.  A loss through ``V f(D) V^H`` with ``f(d_c) = f'(d_c) = 0``
+    (``(A - λ)^2`` at a cluster at ``λ``, ``A^2`` at a zero cluster) has cotangents of the size of
+    the cluster's rounding there, a residual that is large beside them and negligible beside the
+    gradient."""
     from .checks import physical
     from .gauge import DegenerateSubspaceError, describe_cluster
 
     if clusters.numel() == 0:
         return
-    plain = physical(residual, clusters, split, values, *cotangents)
+    if gd is None:
+        gd = split
+    plain = physical(residual, clusters, split, values, gd, *cotangents)
     if plain is None:  # a compiler traces the values
         return
-    residual, clusters, split, values, *cotangents = plain
+    residual, clusters, split, values, gd, *cotangents = plain
     with torch.no_grad():
         if not bool(clusters.any()):
             return
@@ -283,6 +294,12 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
         bad_basis = torch.zeros_like(clusters)
         if norms is not None:
             scale = norms.unsqueeze(-1) + norms.unsqueeze(-2)
+            if values is not None and gd is not None and values.shape[-1] and not values.is_complex():
+                # the dropped quotient residual / (d_j - d_i) against the gradient's size
+                size = values.abs().amax(-1, keepdim=True).clamp_min(tiny)
+                gradient = gd.abs().amax(-1, keepdim=True) + norms.amax(-1, keepdim=True) / size
+                gaps = (values.unsqueeze(-1) - values.unsqueeze(-2)).abs()
+                scale = scale + gaps * gradient.unsqueeze(-1)
             bad_basis = clusters & (residual.abs() > math.sqrt(eps) * scale + tiny)
         bad_split = torch.zeros_like(clusters)
         if split is not None:
@@ -551,24 +568,24 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
     batch = d.shape[:-1]
     n = d.shape[-1]
     flat = [X.reshape(-1, *X.shape[-2:]) for X in vectors]
-    gflat = [G.reshape(-1, *G.shape[-2:]) for G in cotangents]
+    gflat = [G.reshape(-1, *G.shape[-2:]).clone() for G in cotangents]  # a root block edits them
     gdf = gd.reshape(-1, n)
     dflat = d.detach().reshape(-1, n)
     maskf = mask.reshape(-1, n, n)
     dtype = vectors[0].dtype
     Q_full = torch.eye(n, dtype=dtype, device=d.device).repeat(gdf.shape[0], 1, 1)
     new_gd = [gdf[b] for b in range(gdf.shape[0])]
-    changed = False
+    changed = rooted = False
     for b in range(maskf.shape[0]):
         for members in _clusters_of(maskf[b].cpu()):
             idx = torch.tensor(members, device=d.device)
             g = gdf[b].index_select(0, idx)
-            level = float(g.detach().abs().max())
+            level = float(gdf[b].detach().abs().max())  # the whole gradient's: a split of rounding is none
             spread = float((g.detach() - g.detach().mean()).abs().max())
             # with the size of the vectors' cotangents in the units of gd (as :func:`check`)
             whole = level + max((float(torch.linalg.vector_norm(G[b].detach(), dim=-2).max()) for G in gflat),
                                 default=0.0) / max(float(dflat[b].abs().max()), tiny)
-            if spread <= max(math.sqrt(eps), 100 * default_rtol(real)) * whole + tiny:
+            if spread <= math.sqrt(eps) * whole + tiny:
                 continue  # the block is a multiple of the identity: the rule's own answer
             S = 0
             for X, G in zip(flat, gflat):
@@ -585,6 +602,15 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
             size = max(float(G[b].detach().abs().max()) for G in gflat) + tiny
             fits = (float((g - rho * s).detach().abs().max()) <= allowed * scale + tiny
                     and float(s.detach().abs().max()) > math.sqrt(eps) * size)
+            gauge_part = None
+            if not fits and len(flat) == 1:
+                M, gauge_part = _root_block(flat[0][b], idx, gflat[0][b].index_select(-1, idx), g, values, dflat[b],
+                                            eps, tiny)
+                fits = M is not None
+            else:
+                M = rho * S
+            if not fits and spread <= 100 * default_rtol(real) * whole + tiny:
+                continue  # a spread within the tolerance of near-equal values: the rule's own answer
             if not fits:
                 where = f"batch index {b}, " if len(batch) else ""
                 raise DegenerateSubspaceError(
@@ -603,16 +629,82 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
                     f"Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), use "
                     f"broadening= for a biased finite surrogate, or disable the check with "
                     f"adjointgen.runtime.gauge.set_enabled(False)")
-            M = rho * S
             _, Q = torch.linalg.eigh(M.detach())
             Q_full[b][idx.unsqueeze(-1), idx] = Q.to(dtype)
+            if gauge_part is not None:  # its information is in M now: the cluster's residual is zero
+                rooted = True
+                for G in gflat:
+                    G[b][:, idx] = G[b][:, idx] - gauge_part
             new_gd[b] = new_gd[b].index_put((idx,), (Q.mH @ M @ Q).diagonal().real.to(gd.dtype))
             changed = True
     if not changed:
         return unchanged
     Q_full = Q_full.reshape(*batch, n, n)
-    return (*(X @ Q_full for X in vectors), torch.stack(new_gd).reshape(gd.shape),
-            *(G @ Q_full for G in cotangents))
+    out = (*(X @ Q_full for X in vectors), torch.stack(new_gd).reshape(gd.shape),
+           *(G.reshape(C.shape) @ Q_full for G, C in zip(gflat, cotangents)))
+    if rooted and torch.is_grad_enabled():
+        # the block read off the cluster's rounding (_root_block) is a first derivative only
+        from .value_blocks import _Message, _NoDerivative
+
+        message = _Message(
+            f"{op}: a further derivative through a loss through V diag(f(w)) V^H at a cluster of equal {what} "
+            f"where f vanishes (V diag(w) V^H at a zero cluster) is not available: its first derivative is "
+            f"read off the cluster's rounding; adjointgen.torch.funm has exact derivatives of every order")
+        out = tuple(_NoDerivative.apply(t, message) if t.requires_grad else t for t in out)
+    return out
+
+
+def _root_block(V, idx, Gc, g, values, d, eps, tiny):
+    """``(M, gauge part)`` of a cluster ``idx`` of eigenvalues ``values`` where ``f`` vanishes: a
+    loss ``Φ(V diag(f(w)) V^H)`` whose ``f(d_c) = 0`` (``V diag(w) V^H`` at a zero cluster, ``sin``,
+    ``w - λ`` at ``λ``) has ``S ≈ 0``, and the block ``M = f'(d_c) V_c^H ∇Φ V_c`` is carried by the
+    cluster's rounding instead: with ``f(d_i) = f' (d_i - λ)`` the cotangents are
+    ``X = V_c^H gV_c = P diag(d_c - λ)`` and ``gd = diag(P) / 2`` for a Hermitian ``P = 2 M``.
+    ``λ`` is fitted to the diagonal, ``P`` read off ``X`` and checked Hermitian, every member's
+    ``d_i - λ`` must be resolved (not zero: a value exactly at ``λ`` carries nothing, and a loss on
+    one eigenvalue, ``w[0]``, fits ``λ = d_0``).  Returns ``(None, None)`` when the cotangents do
+    not fit.  The gauge part ``W skew(X)`` is what the caller takes out of ``gV_c``: a change of
+    the cluster's block of ``V^H gV`` alone, with ``W = V_c`` for orthonormal vectors and the
+    columns ``c`` of ``V^{-H}`` (``B V_c``) for the generalized problem's square ``V``; a partial
+    generalized basis fits nothing."""
+    Vc = V.index_select(-1, idx)
+    k = Vc.shape[-1]
+    with torch.no_grad():
+        if Vc.is_complex() != Gc.is_complex():
+            return None, None
+        if float((Vc.mH @ Vc - torch.eye(k, dtype=Vc.dtype, device=Vc.device)).abs().max()) <= math.sqrt(eps):
+            W = Vc
+        elif V.shape[-1] == V.shape[-2]:  # V^H B V = I: V^{-H} = B V
+            eye = torch.eye(V.shape[-1], dtype=V.dtype, device=V.device).index_select(-1, idx)
+            W = torch.linalg.solve(V.detach().mH, eye)
+        else:
+            return None, None
+        X = (Vc.mH @ Gc).detach()
+        gr = g.detach().real if g.is_complex() else g.detach()
+        dv = values.detach().to(gr.dtype)
+        xd = X.diagonal().real
+        den = 2 * float((gr * gr).sum())
+        if den <= tiny:
+            return None, None
+        lam = float((gr * (2 * gr * dv - xd)).sum()) / den
+        delta = dv - lam
+        big = float(delta.abs().max())
+        if big <= tiny or float(delta.abs().min()) <= math.sqrt(eps) * big:
+            return None, None
+        # f linear across the cluster: to its width (relative), as the fit of S
+        allowed = max(math.sqrt(eps), 100 * float(dv.max() - dv.min()) / max(float(d.detach().abs().max()), tiny))
+        diag_fit = (xd - 2 * gr * delta).abs()
+        if float(diag_fit.max()) > allowed * float((xd.abs() + 2 * (gr * delta).abs()).max()) + tiny:
+            return None, None
+        P = X / delta.to(X.dtype).unsqueeze(-2)
+        scale = float(P.abs().max()) + tiny
+        if float((P - P.mH).abs().max()) > allowed * scale or float(X.diagonal().imag.abs().max()
+                                                                      if X.is_complex() else 0.0) > allowed * scale * big:
+            return None, None
+        M = 0.25 * (P + P.mH)
+        M = M - torch.diag_embed(M.diagonal()) + torch.diag_embed(g.detach().to(M.dtype))
+        gauge_part = W @ (0.5 * (X - X.mH))
+    return M.to(Vc.dtype if Vc.is_complex() else M.dtype), gauge_part
 
 
 # ------------------------------------------------------------------ a partial decomposition's cut

@@ -202,5 +202,6 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
         elif broadening is None:
             split = None if r.completes or r.split is None else env[r.split]
             degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,
-                             *cotangents, what=r.what, values=env[r.vector])
+                             *cotangents, what=r.what, values=env[r.vector],
+                             gd=None if r.split is None else env[r.split])
     return tuple(values[name] for name in rules.outputs)

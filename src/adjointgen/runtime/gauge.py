@@ -149,29 +149,43 @@ def check_null_space(op: str, U, gU, zero) -> None:
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
 
 
-def check_zero_values(op: str, gS, zero) -> None:
-    """A zero singular value of a tall (wide) thin SVD is ``|t|`` along ``A + t u_perp v^T``: not
-    differentiable.  Raise :class:`DegenerateSubspaceError` when the loss's cotangent of one exceeds
-    ``sqrt(eps) ‖gS‖`` (the nuclear norm, or ``U diag(S) Vh`` of a rank-deficient matrix, whose
-    gradient the decomposition's cotangents then do not determine)."""
+def check_zero_values(op: str, gS, zero, U=None, gU=None, S=None) -> None:
+    """A zero singular value is ``|t|`` along ``A + t u v^H`` (``u``, ``v`` its vectors, or for a
+    tall (wide) thin SVD ``u`` out of the range): not differentiable.  Raise
+    :class:`DegenerateSubspaceError` when the loss's cotangent of one exceeds ``sqrt(eps) ‖gS‖``
+    (the nuclear norm; ``U diag(S) Vh`` of a tall rank-deficient matrix, whose gradient the
+    decomposition's cotangents then do not determine).
+
+    For a square matrix (``U``, ``gU``, ``S`` given) a loss ``Φ(U f(S) V^H)`` with an odd ``f``
+    (``U S V^H`` itself, ``sinh``) is smooth, and its cotangents show it where ``s_i`` is resolved:
+    ``(U^H gU)_ii = f(s_i) (U^H ∇Φ V)_ii = gS_i s_i`` to first order, where a loss on ``s_i`` itself
+    has ``gU = 0``; such entries pass."""
     import torch
 
     from .checks import physical
 
     with torch.no_grad():
-        plain = physical(gS, zero)
+        plain = physical(gS, zero, *((S, U, gU) if gU is not None else ()))
         if plain is None:
             return
-        g, z = plain
-        part = (g * z.to(g.dtype)).abs().amax(-1)
-        total = g.abs().amax(-1)
+        g, z = plain[:2]
         real = g.real.dtype if g.is_complex() else g.dtype
-        if bool((part > torch.finfo(real).eps ** 0.5 * total + torch.finfo(real).tiny).any()):
+        eps, tiny = torch.finfo(real).eps, torch.finfo(real).tiny
+        used = z & (g.abs() > eps ** 0.5 * g.abs().amax(-1, keepdim=True) + tiny)
+        if len(plain) > 2 and bool(used.any()):
+            s, u, gu = plain[2:]
+            x = (u.mH @ gu).diagonal(0, -2, -1).real
+            gs = (g.real if g.is_complex() else g) * s
+            odd = (s.abs() > tiny) & ((x - gs).abs() <= eps ** 0.5 * (x.abs() + gs.abs()))
+            used = used & ~odd
+        if bool(used.any()):
             raise DegenerateSubspaceError(
-                f"{op}: the loss depends on a zero singular value of a rank-deficient matrix with more rows than "
-                "columns (or the transpose): such a value is |t| along a perturbation out of the range, not "
-                "differentiable, and the singular vectors that would carry the gradient of, e.g., U diag(S) Vh "
-                "are free there; use a loss that is smooth in A (such as S.square().sum()), or differentiate A "
+                f"{op}: the loss depends on a zero singular value of a rank-deficient matrix: such a value is |t| "
+                "along a perturbation t u v^H of its vectors (out of the range, for a tall or wide matrix), not "
+                "differentiable (the nuclear norm has a kink there). U f(S) V^H with an odd f (U S V^H itself) is "
+                "smooth, and passes for a square matrix; of a tall or wide one the singular vectors that would "
+                "carry its gradient are free. Use a loss that is smooth in A (such as S.square().sum()), or "
+                "differentiate A "
                 "directly. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
 
 

@@ -620,6 +620,13 @@ def _violations(rules, env, checked, residuals, cotangents, names):
         else:
             clusters = cluster_mask(jnp, env[r.vector], env.get("cluster_rtol"))
             scale = norms[..., :, None] + norms[..., None, :]
+            d = env[r.vector]
+            if r.split is not None and d.shape[-1] and not jnp.iscomplexobj(d):
+                # the dropped quotient residual / (d_j - d_i) against the gradient's size, as
+                # adjointgen.runtime.degeneracy.check: ((A - λ)^2 at a cluster at λ, A^2 at a zero one)
+                size = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), tiny)
+                gradient = jnp.max(jnp.abs(env[r.split]), axis=-1, keepdims=True) + jnp.max(norms, axis=-1, keepdims=True) / size
+                scale = scale + jnp.abs(d[..., :, None] - d[..., None, :]) * gradient[..., None]
             flag = jnp.any(clusters & (jnp.abs(residual) > math.sqrt(eps) * scale + tiny), axis=(-2, -1))
             if r.split is not None:
                 g = env[r.split]  # complex values (eig): their complex differences

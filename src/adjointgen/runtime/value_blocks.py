@@ -151,8 +151,50 @@ def second_order(op: str, env: dict, values_cotangent, cotangents=(), rtol=None)
     through :func:`loss_curvature` and every cotangent through :func:`cut`.  Yields a
     :class:`Prepared`.  Outside a second derivative at a cluster everything passes unchanged."""
     with declared(op, env, rtol):
-        g, extra = loss_curvature(values_cotangent)
+        g, extra = loss_curvature(_unseen_curvature(op, env, values_cotangent, cotangents, rtol))
         yield Prepared(cut(g), tuple(cut(c) for c in cotangents), extra)
+
+
+def _unseen_curvature(op: str, env: dict, gw, cotangents, rtol):
+    """``g_w``, made to raise when differentiated where :func:`loss_curvature` cannot read the
+    loss's curvature: inside a ``torch.func`` transform (``jacrev(jacrev(f))``) the cotangent's
+    dependence on the values belongs to an outer level, invisible here.  A loss of the values
+    alone reaches the next backward in a form the cluster checks complete (``sum(w**2)``); one
+    that also moves the cluster's vectors (``trace(V diag(w**3) V^T)``) would lose the cluster's
+    curvature silently, so its second derivative raises."""
+    if not isinstance(gw, torch.Tensor) or gw.requires_grad or not torch.is_grad_enabled():
+        return gw
+    from torch._C._functorch import is_functorch_wrapped_tensor
+
+    if not is_functorch_wrapped_tensor(gw):
+        return gw
+    block = BLOCKS.get(op)
+    if block is None:
+        return gw
+    from .checks import physical
+    from .degeneracy import cluster_mask, has_clusters
+
+    d = env[block.values]
+    plain = physical(d, *[c for c in cotangents if isinstance(c, torch.Tensor)])
+    if plain is None or not has_clusters(plain[0], rtol):
+        return gw
+    mask = cluster_mask(plain[0], rtol)
+    in_cluster = mask.any(-2) & (mask.sum(-2) > 1)
+    moved = False
+    for c in plain[1:]:
+        if c.shape[-1] != in_cluster.shape[-1]:
+            continue
+        norms = torch.linalg.vector_norm(c, dim=-2)
+        scale = norms.amax(-1, keepdim=True)
+        moved = moved or bool(((norms > torch.finfo(norms.dtype).eps ** 0.5 * scale) & in_cluster).any())
+    if not moved:
+        return gw
+    return _NoDerivative.apply(gw, _Message(
+        f"{op}: a second derivative by torch.func transforms (jacrev of jacrev, hessian) at a cluster of equal "
+        f"values, of a loss that depends on both the cluster's values and its vectors, is not available (the "
+        f"loss's curvature inside the cluster is not visible to the first backward there); take it by "
+        f"torch.autograd (torch.autograd.functional.hessian, torch.autograd.grad(create_graph=True), "
+        f"gradgradcheck), which reads it, or build the matrix function with adjointgen.torch.funm"))
 
 
 def times(F: torch.Tensor, X: torch.Tensor, d: torch.Tensor, k, kind: str, broadening=None) -> torch.Tensor:
@@ -327,21 +369,30 @@ def loss_curvature(gw):
     den = (m @ uu.unsqueeze(-1)).clamp_min(torch.finfo(real).tiny)
     a = torch.where(uu > 0, (num / den).squeeze(-1), torch.zeros((), dtype=real, device=u.device))
     off = (Hu - a * u).abs()
-    tol = torch.finfo(real).eps ** 0.5 * (Hu.abs().amax(-1, keepdim=True) + a.abs().amax(-1, keepdim=True)
+    # the loss's curvature in the values' units, max|g_w| / max|w|, as a floor: at a zero cluster
+    # (sum(w**3) there) the Hessian inside it is rounding beside the rest
+    floor = (gw.detach().abs().amax(-1, keepdim=True)
+             / active.values.detach().abs().amax(-1, keepdim=True).clamp_min(torch.finfo(real).tiny))
+    tol = torch.finfo(real).eps ** 0.5 * (Hu.abs().amax(-1, keepdim=True) + (a.abs().amax(-1, keepdim=True) + floor)
                                           * u.abs().amax(-1, keepdim=True))
-    try:
-        asymmetric = bool((off > tol).any())
-    except RuntimeError:  # batched by a transform: no host decision (as the first-order checks)
-        asymmetric = False
-    if asymmetric:
-        from .gauge import DegenerateSubspaceError
+    from .checks import physical
 
-        raise DegenerateSubspaceError(
+    plain = physical(off, tol)  # under vmap (jacrev of a gradient): the batch's values
+    asymmetric = plain is not None and bool((plain[0] > plain[1]).any())
+    if asymmetric:
+        # the first derivative is right; the second, through g_w, is not available: it raises when
+        # taken (a graph built for one -- create_graph=True, torch.func.grad -- may never be used)
+        return _NoDerivative.apply(gw, _Message(
             "in a second derivative at a cluster of equal values, the loss's second derivative in "
             "those values is not that of a symmetric function of them (it depends on the individual "
             "values of the cluster, which are not differentiable there); V diag(f(w)) V^H built from the "
-            "outputs has exact second derivatives through adjointgen.torch.funm")
+            "outputs has exact second derivatives through adjointgen.torch.funm")), None
     means = m / m.sum(-1, keepdim=True)
+    # the cluster's entries of g_w differ by rounding (the first-order checks said so): their means
+    # make the rule's block a multiple of the identity, whose derivative in the basis -- the
+    # commutator with the rounding -- would reach the next backward as a residual
+    centred = (means.to(gw.dtype) @ gw.detach().unsqueeze(-1)).squeeze(-1)
+    gw = gw + (centred - gw.detach())
     basis_dtype = active.basis[0].dtype
     D = (a.unsqueeze(-1) * means).to(basis_dtype)
     term = _BlockTerm.apply(D, mask, _Meta(active.block, len(active.basis), curvature=True),
@@ -383,6 +434,43 @@ class _ClusterMean(torch.autograd.Function):
     def jvp(ctx, dx, dmeans):
         means, = ctx.saved_tensors
         return (means.to(dx.dtype) @ dx.unsqueeze(-1)).squeeze(-1)
+
+
+class _Message:
+    """A message, opaque to the transforms."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+class _NoDerivative(torch.autograd.Function):
+    """The identity, whose derivative (either mode) raises :class:`DegenerateSubspaceError` with
+    its message: a value that is right, on a path a further derivative must not take."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, message):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[1].text
+
+    @staticmethod
+    def backward(ctx, g):
+        from .gauge import DegenerateSubspaceError
+
+        raise DegenerateSubspaceError(ctx.message)
+
+    @staticmethod
+    @_nested_forward
+    def jvp(ctx, dx, dmessage):
+        from .gauge import DegenerateSubspaceError
+
+        raise DegenerateSubspaceError(ctx.message)
 
 
 class _Cut(torch.autograd.Function):
