@@ -8,8 +8,10 @@ apart by ``gap`` = 0, 1e-12, 1e-8 (inside the default cluster tolerance ``sqrt(e
 * basis-dependent: an entry of a cluster vector (squared: sign-free; ``|.|^2``: phase-free), a
   product of two entries of one vector;
 * invariant: the projector onto the cluster contracted with a matrix, a spectral function
-  ``V diag(exp(w)) V^H`` (``U diag(S^3) Vh``) contracted with a matrix, the sum of the values, the
-  sum of their squares.
+  ``V diag(exp(w)) V^H`` (``U diag(S^3) Vh``) contracted with a matrix, the matrix itself
+  ``V diag(w) V^H`` contracted with one (eigensolvers), the sum of the values, the sum of their
+  squares.  ``eigh`` is also swept with its cluster at 0 (a rank-deficient matrix, where
+  ``V diag(w) V^H``'s cotangents in the cluster are the size of its rounding).
 
 Verdicts: inside the tolerance a basis-dependent loss must raise a
 :class:`~adjointgen.GaugeDependentLossError`; every other loss must return a gradient whose
@@ -69,6 +71,13 @@ def eigh_problem(seed, gap, dtype):
     return (_herm((Q * w.to(dtype)) @ Q.mH),), (lambda A: agt.eigh(A)), (1, 2)
 
 
+def eigh_zero_problem(seed, gap, dtype):
+    """A cluster at zero (a rank-deficient matrix): ``f(0) = 0`` for ``V diag(w) V^H``."""
+    Q = _orth(5, seed, dtype)
+    w = torch.tensor([-1.0, 0.0, gap, 3.0, 4.0], dtype=f64)
+    return (_herm((Q * w.to(dtype)) @ Q.mH),), (lambda A: agt.eigh(A)), (1, 2)
+
+
 def eigh_generalized_problem(seed, gap, dtype):
     Q = _orth(5, seed, dtype)
     C = _orth(5, seed + 100, dtype)
@@ -108,6 +117,7 @@ def svds_problem(seed, gap, dtype):
 
 SOLVERS = [
     ("eigh", eigh_problem, (f64, c128), "eig"),
+    ("eigh, cluster at 0", eigh_zero_problem, (f64, c128), "eig"),
     ("eigh(A, B)", eigh_generalized_problem, (f64, c128), "eig"),
     ("eigsh dense", eigsh_problem, (f64, c128), "eig"),
     ("eigsh sparse", lambda s, g, d: eigsh_problem(s, g, d, sparse=True), (f64,), "eig"),
@@ -129,6 +139,7 @@ def losses(kind, cluster, n_rows, dtype, seed, device="cpu"):
             "product": (False, lambda w, V: (V[0, i] * V[1, i].conj()).real),
             "projector": (True, lambda w, V: ((V[:, [i, j]] @ V[:, [i, j]].mH) * G.conj()).sum().real),
             "spectral": (True, lambda w, V: (((V * w.exp().to(V.dtype)) @ V.mH) * G.conj()).sum().real),
+            "matrix": (True, lambda w, V: (((V * w.to(V.dtype)) @ V.mH) * G.conj()).sum().real),
             "sum": (True, lambda w, V: w.sum()),
             "squares": (True, lambda w, V: w.square().sum()),
         }

@@ -686,11 +686,15 @@ def _root_block(V, idx, Gc, g, values, d, eps, tiny):
         den = 2 * float((gr * gr).sum())
         if den <= tiny:
             return None, None
-        lam = float((gr * (2 * gr * dv - xd)).sum()) / den
-        delta = dv - lam
+        # λ in the frame of the cluster's centre, where d_i - c is exact: resolved to eps of the
+        # cluster's spread, not of |d| (a cluster at 2 with f = w - 2 is resolved by its rounding)
+        centre = float(dv.mean())
+        local = dv - centre
+        lam = float((gr * (2 * gr * local - xd)).sum()) / den
+        delta = local - lam
         big = float(delta.abs().max())
-        if big <= tiny or float(delta.abs().min()) <= math.sqrt(eps) * big:
-            return None, None
+        if big <= tiny or float(delta.abs().min()) <= 1e3 * eps * (big + float(local.abs().max())) + tiny:
+            return None, None  # a member at λ carries nothing (w[0] fits λ = d_0; LAPACK's exact zeros)
         # f linear across the cluster: to its width (relative), as the fit of S
         allowed = max(math.sqrt(eps), 100 * float(dv.max() - dv.min()) / max(float(d.detach().abs().max()), tiny))
         diag_fit = (xd - 2 * gr * delta).abs()
@@ -701,7 +705,10 @@ def _root_block(V, idx, Gc, g, values, d, eps, tiny):
         if float((P - P.mH).abs().max()) > allowed * scale or float(X.diagonal().imag.abs().max()
                                                                       if X.is_complex() else 0.0) > allowed * scale * big:
             return None, None
-        M = 0.25 * (P + P.mH)
+        # each pair from the side with the larger |d - λ| (the better resolved quotient)
+        first = (delta.abs().unsqueeze(-2) >= delta.abs().unsqueeze(-1))
+        P = torch.where(first, P, P.mH)
+        M = 0.5 * P
         M = M - torch.diag_embed(M.diagonal()) + torch.diag_embed(g.detach().to(M.dtype))
         gauge_part = W @ (0.5 * (X - X.mH))
     return M.to(Vc.dtype if Vc.is_complex() else M.dtype), gauge_part

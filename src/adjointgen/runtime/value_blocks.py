@@ -175,9 +175,10 @@ def _unseen_curvature(op: str, env: dict, gw, cotangents, rtol):
     from .degeneracy import cluster_mask, has_clusters
 
     d = env[block.values]
-    plain = physical(d, *[c for c in cotangents if isinstance(c, torch.Tensor)])
-    if plain is None or not has_clusters(plain[0], rtol):
-        return gw
+    plain = physical(d, gw, *[c for c in cotangents if isinstance(c, torch.Tensor)])
+    if plain is None or not has_clusters(plain[0], rtol) or not bool(plain[1].any()):
+        return gw  # no clusters, or a loss of the vectors alone (a projector: g_w = 0)
+    plain = (plain[0], *plain[2:])
     mask = cluster_mask(plain[0], rtol)
     in_cluster = mask.any(-2) & (mask.sum(-2) > 1)
     moved = False
