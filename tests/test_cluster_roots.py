@@ -287,3 +287,51 @@ def test_jax_matrix_function_at_a_double_root_of_f(fname, lam):
                 lambda X: jnp.sum(((lambda w, V: (V * w) @ V.T)(*agj.eigh(sym(X)))) * G)):
         with pytest.raises(DegenerateSubspaceError):
             jax.grad(bad)(A)
+
+
+def test_forward_over_reverse_at_a_cluster_cannot_be_determined():
+    """The README's argument for raising in forward over reverse along a splitting direction, on
+    numbers: two smooth invariant losses, ``trace(G (A - λ)^2)`` and ``trace(G' (A - λ)^2)`` with
+    ``G' = G - V_c O V_c^T`` (``O`` zero on its diagonal in the primal basis), written through
+    ``(w, V)``.  For a direction inside the cluster's block, whatever tangent a forward rule
+    chooses inside the cluster (values, rotation), the loss's first derivatives at ``(w, V)`` and
+    their tangents are identical for both -- yet the Hessian-vector products differ."""
+    lam = 2.0
+    A, G, _ = _matrix(lam, torch.float64, 0)
+    w, V = agt.eigh(A)
+    c = [i for i in range(N) if abs(float(w[i]) - lam) < 1e-8]
+    assert len(c) == 3
+    w = w.clone()
+    w[c] = lam  # the exact cluster
+    Vc = V[:, c]
+    g = torch.Generator().manual_seed(5)
+    O = torch.randn(3, 3, dtype=torch.float64, generator=g)
+    O = O + O.mT
+    O = O - torch.diag_embed(O.diagonal())
+    G2 = G - Vc @ O @ Vc.mT
+
+    def through(Gm):
+        return lambda w, V: ((w - lam) ** 2 * torch.einsum("ij,ik,kj->j", V, Gm, V)).sum()
+
+    Bc = torch.randn(3, 3, dtype=torch.float64, generator=g)
+    Bc = Bc + Bc.mT  # splits the cluster
+    dA = Vc @ Bc @ Vc.mT
+    for trial in range(3):  # any tangent inside the cluster: values, rotation
+        dw = torch.zeros(N, dtype=torch.float64)
+        dw[c] = torch.randn(3, dtype=torch.float64, generator=g)
+        K = torch.randn(3, 3, dtype=torch.float64, generator=g)
+        dV = torch.zeros(N, N, dtype=torch.float64)
+        dV[:, c] = Vc @ (K - K.mT)
+        first = [torch.func.jvp(torch.func.grad(through(Gm), argnums=(0, 1)), (w, V), (dw, dV)) for Gm in (G, G2)]
+        (g1, t1), (g2, t2) = first
+        for a, b in zip((*g1, *t1), (*g2, *t2)):
+            assert float((a - b).abs().max()) < 1e-12
+    I = torch.eye(N, dtype=torch.float64)
+    hvp = [Gm @ dA + dA @ Gm for Gm in (G, G2)]  # d/dt of grad trace(G (A + t dA - λ)^2) at A
+    want = [torch.func.jvp(torch.func.grad(lambda X, Gm=Gm: torch.trace(Gm @ (X - lam * I) @ (X - lam * I))), (A,),
+                           (dA,))[1] for Gm in (G, G2)]
+    for h, x in zip(hvp, want):
+        assert float((h - x).abs().max()) < 1e-10
+    block = Vc.mT @ (hvp[0] - hvp[1]) @ Vc
+    assert float(block.abs().max()) > 0.1  # O Bc + Bc O
+    assert float((block - (O @ Bc + Bc @ O)).abs().max()) < 1e-10
