@@ -335,3 +335,44 @@ def test_forward_over_reverse_at_a_cluster_cannot_be_determined():
     block = Vc.mT @ (hvp[0] - hvp[1]) @ Vc
     assert float(block.abs().max()) > 0.1  # O Bc + Bc O
     assert float((block - (O @ Bc + Bc @ O)).abs().max()) < 1e-10
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["real", "complex"])
+@pytest.mark.parametrize("generalized", [False, True], ids=["eigh", "eigh(A, B)"])
+@pytest.mark.parametrize("lam", [0.0, 2.0, -1e-3])
+def test_losses_that_mix_in_individual_values_still_raise(lam, generalized, dtype):
+    """The rounding form ``X = P diag(d - λ)`` must not let through a loss that is not a matrix
+    function: individual values of the cluster, two different ``f`` (or ``G``) for its members, a
+    vector entry -- each alone or added to ``<G, V diag(w) V^H>``, whose cotangents the form fits.
+    Every one raises, for two seeds."""
+    for seed in range(2):
+        A, G, B = _matrix(lam, dtype, seed, generalized)
+        H = torch.randn(N, N, dtype=dtype, generator=torch.Generator().manual_seed(seed + 50))
+        H = H + H.mH
+        c = torch.tensor([0.3, -1.2, 0.7], dtype=torch.float64)
+
+        def eig(X):
+            return agt.eigh(_herm(X)) if B is None else agt.eigh(_herm(X), B)
+
+        w0, _ = eig(A)
+        cl = [i for i in range(N) if abs(float(w0[i]) - lam) < 1e-6]
+        assert len(cl) == 3
+
+        def matrix(w, V, f, M):
+            return (((V * f(w).to(V.dtype)) @ V.mH) * M.conj()).sum().real
+
+        def quad(V, i, M):
+            return (V[:, i].conj() @ M @ V[:, i]).real
+
+        losses = {
+            "c . w on the cluster": lambda w, V: (w[cl] * c).sum(),
+            "w_c0 + <G, A>": lambda w, V: w[cl[0]] + matrix(w, V, lambda x: x, G),
+            "a different f per member": lambda w, V: sum((w[i] - lam) * (1 + i) * quad(V, i, G) for i in range(N)),
+            "a different G for one member": lambda w, V: sum((w[i] - lam) * quad(V, i, H if i == cl[0] else G)
+                                                             for i in range(N)),
+            "|V[0, c0]|^2": lambda w, V: V[0, cl[0]].abs() ** 2,
+            "w_c0 |V[0, c1]|^2 + <G, A>": lambda w, V: w[cl[0]] * V[0, cl[1]].abs() ** 2 + matrix(w, V, lambda x: x, G),
+        }
+        for name, loss in losses.items():
+            with pytest.raises(DegenerateSubspaceError):
+                torch.func.grad(lambda X, loss=loss: loss(*eig(X)))(A)
