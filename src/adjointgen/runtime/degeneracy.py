@@ -644,13 +644,13 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
            *(G.reshape(C.shape) @ Q_full for G, C in zip(gflat, cotangents)))
     if rooted and torch.is_grad_enabled():
         # the block read off the cluster's rounding (_root_block) is a first derivative only
-        from .value_blocks import _Message, _NoDerivative
+        from .function import no_further_derivative
+        from .gauge import DegenerateSubspaceError
 
-        message = _Message(
-            f"{op}: a further derivative through a loss through V diag(f(w)) V^H at a cluster of equal {what} "
-            f"where f vanishes (V diag(w) V^H at a zero cluster) is not available: its first derivative is "
-            f"read off the cluster's rounding; adjointgen.torch.funm has exact derivatives of every order")
-        out = tuple(_NoDerivative.apply(t, message) if t.requires_grad else t for t in out)
+        message = (f"{op}: a further derivative through a loss through V diag(f(w)) V^H at a cluster of equal {what} "
+                   f"where f vanishes (V diag(w) V^H at a zero cluster) is not available: its first derivative is "
+                   f"read off the cluster's rounding; adjointgen.torch.funm has exact derivatives of every order")
+        out = tuple(no_further_derivative(t, DegenerateSubspaceError, message) if t.requires_grad else t for t in out)
     return out
 
 

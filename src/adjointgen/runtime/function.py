@@ -4,7 +4,9 @@
 - :func:`nested_forward`: the decorator of every ``jvp`` staticmethod, so that forward mode over
   forward mode is exact (torch switches it off inside a custom function's ``jvp``);
 - :func:`auxiliary`: the auxiliary outputs a rule reads, recomputed by the forward where the rule
-  itself is differentiated.
+  itself is differentiated;
+- :func:`no_further_derivative`: a value that is right, on a path a further derivative (either
+  mode) must not take: differentiating it raises.
 
 ``torch.autograd.Function.apply`` binds its arguments to ``forward``'s signature with
 ``inspect.signature`` on every call (to apply default arguments for ``setup_context``): about 30
@@ -195,3 +197,41 @@ class _PrimalContext:
     @property
     def saved_tensors(self):
         return tuple(_primal(t) for t in self._ctx.saved_tensors)
+
+
+class _Raising:
+    """An exception class and its message, opaque to the transforms."""
+
+    __slots__ = ("error", "message")
+
+    def __init__(self, error, message):
+        self.error, self.message = error, message
+
+
+class _NoFurtherDerivative(torch.autograd.Function):
+    """The identity, whose derivative (either mode) raises the exception it carries."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, raising):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.raising = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ctx.raising.error(ctx.raising.message)
+
+    @staticmethod
+    @nested_forward
+    def jvp(ctx, dx, _):
+        raise ctx.raising.error(ctx.raising.message)
+
+
+def no_further_derivative(x: torch.Tensor, error: type, message: str) -> torch.Tensor:
+    """``x`` (a copy), whose derivative raises ``error(message)`` when one is taken -- by
+    ``torch.autograd``, a ``torch.func`` transform, forward or reverse mode -- and not before."""
+    return _NoFurtherDerivative.apply(x, _Raising(error, message))

@@ -209,37 +209,14 @@ def adjugate(A):
     phase = torch.linalg.det(U) * torch.linalg.det(Vh)
     adj = phase[..., None, None] * ((Vh.mH * others[..., None, :]) @ U.mH)
     if A.is_complex() and torch.is_grad_enabled() and (A.requires_grad or _is_dual(A)):
-        return _NotDifferentiatedFurther.apply(adj, "the derivative of adj(A) (a second derivative of det) at a "
-                                                    "singular or nearly singular complex A is not supported: the "
-                                                    "SVD it is computed from divides by the zero singular value")
+        from .checks import SingularMatrixError
+        from .function import no_further_derivative
+
+        return no_further_derivative(adj, SingularMatrixError,
+                                     "the derivative of adj(A) (a second derivative of det) at a singular or nearly "
+                                     "singular complex A is not supported: the SVD it is computed from divides by the "
+                                     "zero singular value")
     return adj
-
-
-class _NotDifferentiatedFurther(torch.autograd.Function):
-    """The identity, whose derivative raises :class:`SingularMatrixError` with ``message``."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(X, message):
-        return X.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.message = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g):
-        from .checks import SingularMatrixError
-
-        raise SingularMatrixError(ctx.message)
-
-    @staticmethod
-    @_nested_forward
-    def jvp(ctx, dX, _):
-        from .checks import SingularMatrixError
-
-        raise SingularMatrixError(ctx.message)
 
 
 def matrix_exp(A):

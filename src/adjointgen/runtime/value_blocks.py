@@ -39,6 +39,7 @@ from typing import Callable
 
 import torch
 from .function import nested_forward as _nested_forward
+from .function import no_further_derivative
 
 __all__ = ["BLOCKS", "Block", "active_for", "add_diag", "block_term", "cut", "declared", "loss_curvature", "scale_cols",
            "scale_rows", "second_order", "times"]
@@ -190,12 +191,15 @@ def _unseen_curvature(op: str, env: dict, gw, cotangents, rtol):
         moved = moved or bool(((norms > torch.finfo(norms.dtype).eps ** 0.5 * scale) & in_cluster).any())
     if not moved:
         return gw
-    return _NoDerivative.apply(gw, _Message(
+    from .gauge import DegenerateSubspaceError
+
+    return no_further_derivative(
+        gw, DegenerateSubspaceError,
         f"{op}: a second derivative by torch.func transforms (jacrev of jacrev, hessian) at a cluster of equal "
         f"values, of a loss that depends on both the cluster's values and its vectors, is not available (the "
         f"loss's curvature inside the cluster is not visible to the first backward there); take it by "
         f"torch.autograd (torch.autograd.functional.hessian, torch.autograd.grad(create_graph=True), "
-        f"gradgradcheck), which reads it, or build the matrix function with adjointgen.torch.funm"))
+        f"gradgradcheck), which reads it, or build the matrix function with adjointgen.torch.funm")
 
 
 def times(F: torch.Tensor, X: torch.Tensor, d: torch.Tensor, k, kind: str, broadening=None) -> torch.Tensor:
@@ -352,7 +356,7 @@ def loss_curvature(gw):
         pass
     real = gw.real.dtype if gw.is_complex() else gw.dtype
     u = _direction(mask, real).to(gw.dtype)
-    from .gauge import GaugeDependentLossError
+    from .gauge import DegenerateSubspaceError, GaugeDependentLossError
 
     try:
         Hu, = torch.autograd.grad(gw, active.values, u, retain_graph=True, allow_unused=True)
@@ -383,11 +387,12 @@ def loss_curvature(gw):
     if asymmetric:
         # the first derivative is right; the second, through g_w, is not available: it raises when
         # taken (a graph built for one -- create_graph=True, torch.func.grad -- may never be used)
-        return _NoDerivative.apply(gw, _Message(
+        return no_further_derivative(
+            gw, DegenerateSubspaceError,
             "in a second derivative at a cluster of equal values, the loss's second derivative in "
             "those values is not that of a symmetric function of them (it depends on the individual "
             "values of the cluster, which are not differentiable there); V diag(f(w)) V^H built from the "
-            "outputs has exact second derivatives through adjointgen.torch.funm")), None
+            "outputs has exact second derivatives through adjointgen.torch.funm"), None
     means = m / m.sum(-1, keepdim=True)
     # the cluster's entries of g_w differ by rounding (the first-order checks said so): their means
     # make the rule's block a multiple of the identity, whose derivative in the basis -- the
@@ -435,43 +440,6 @@ class _ClusterMean(torch.autograd.Function):
     def jvp(ctx, dx, dmeans):
         means, = ctx.saved_tensors
         return (means.to(dx.dtype) @ dx.unsqueeze(-1)).squeeze(-1)
-
-
-class _Message:
-    """A message, opaque to the transforms."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text):
-        self.text = text
-
-
-class _NoDerivative(torch.autograd.Function):
-    """The identity, whose derivative (either mode) raises :class:`DegenerateSubspaceError` with
-    its message: a value that is right, on a path a further derivative must not take."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, message):
-        return x.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.message = inputs[1].text
-
-    @staticmethod
-    def backward(ctx, g):
-        from .gauge import DegenerateSubspaceError
-
-        raise DegenerateSubspaceError(ctx.message)
-
-    @staticmethod
-    @_nested_forward
-    def jvp(ctx, dx, dmessage):
-        from .gauge import DegenerateSubspaceError
-
-        raise DegenerateSubspaceError(ctx.message)
 
 
 class _Cut(torch.autograd.Function):
