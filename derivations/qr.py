@@ -91,3 +91,7 @@ d.set_jvp(dQ=dQ_sol, dR=dR_sol)
 
 # ---------------------------------------------------------------- VJP
 d.derive_vjp()
+
+# ---------------------------------------------------------------- square Q
+# Q Q^T = I where m = n: the complement term (I - Q Q^T) dA R^-1 vanishes
+d.square_variants(Q)

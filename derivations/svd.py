@@ -15,7 +15,8 @@ the derived residual ``R = diag(skew(U^T gU + V^T gV))``, vanishes; generated co
 does not.  (For real data the gauge is a sign, the diagonal terms vanish, and the rules are those of
 the real derivation.)  The parts of ``dU`` and ``dV`` outside span(U), span(V) follow from the
 complement projections and need ``S^-1``: ``(I - UU^T) dA V S^-1``, ``(I - VV^T) dA^T U S^-1``
-(each vanishes when its factor is square).  Sizes: the projectors are m×m and n×n — the slip of the
+(each vanishes when its factor is square: the rules are also derived for those shapes, with
+``U U^T = I`` or ``V V^T = I``, and the generated code picks them by shape).  Sizes: the projectors are m×m and n×n — the slip of the
 hand-written GPU rule in seed 000 (``I - V V^T`` sized with m) cannot happen here.
 
 References: J. Townsend, "Differentiating the singular value decomposition" (2016); Giles (2008);
@@ -73,7 +74,8 @@ d.api_outputs("U", "S", "V")
 d.forward(torch="adjointgen.runtime.forward:svd", numpy="adjointgen.runtime.xp:svd")
 dA, dU, dS, dV = d.tangent(A), d.tangent(U), d.tangent(S), d.tangent(V)
 d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n": 4, "k": 3, "field": "complex"},
-                     {"m": 4, "n": 4, "k": 4, "field": "real"}, {"m": 3, "n": 5, "k": 3, "field": "real"}])
+                     {"m": 4, "n": 4, "k": 4, "field": "real"}, {"m": 3, "n": 5, "k": 3, "field": "real"},
+                     {"m": 4, "n": 3, "k": 3, "field": "real"}, {"m": 3, "n": 3, "k": 3, "field": "complex"}])
 d.symbolic_sizes = {"k": 2}  # explicit complex 3×3 / 3×2 / 2×2 matrices: k < m, n keeps the projections nontrivial
 
 e = singular_spaces.identities(d, A, U, S, V, k)
@@ -117,3 +119,8 @@ d.set_jvp(dU=dU_sol, dS=dS_sol, dV=dV_sol)
 
 # ---------------------------------------------------------------- VJP
 d.derive_vjp()
+
+# ---------------------------------------------------------------- square factors
+# U U^T = I where m = k (and V V^T = I where n = k): the complement terms vanish, and a square A
+# needs four products for each rule, not five
+d.square_variants(U, V)

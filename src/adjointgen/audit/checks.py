@@ -13,7 +13,9 @@ expressions involved); this module owns *how*: :func:`numeric` evaluates it on o
 - ``gauge``: ``<R, Θ> = Σ <g_out, d_out(Θ)>`` for the gauge residual ``R``;
 - ``second_order``: the second-order rule against a central difference of the derived VJP.
 
-``real_only`` checks report zero on complex instances (a complex rule's real specialisation).
+``real_only`` checks report zero on complex instances (a complex rule's real specialisation), and
+``square`` checks on the instances where the outputs they name are not square (a rule specialised to
+square shapes).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ __all__ = ["forward_outputs", "identity_residual", "numeric", "second_divided"]
 def numeric(check: Check, spec, ctx) -> tuple[float, float]:
     """``(value, scale)`` of ``check`` on the audit context ``ctx`` (see the module docstring)."""
     if check.real_only and _is_complex_env(ctx.env):
+        return 0.0, 1.0
+    if check.square and any(np.shape(ctx.env[name])[0] != np.shape(ctx.env[name])[1] for name in check.square):
         return 0.0, 1.0
     return _KINDS[check.kind](spec, ctx, *check.args)
 

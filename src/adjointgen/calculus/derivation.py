@@ -158,6 +158,9 @@ class Check:
     kind: str  # equation, forward, dot_product, adjoint, gauge, second_order
     args: tuple = ()
     real_only: bool = False
+    #: output names: the check applies to the instances where each of them is square only (the
+    #: rules specialised to such shapes, :meth:`Derivation.square_variants`)
+    square: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,22 @@ class Rule:
     def code(self) -> dict[str, sp.MatrixExpr]:
         """The former name of :attr:`rewritten` (it holds SymPy expressions, not source code)."""
         return self.rewritten
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The rules specialised to the shapes at which the orthonormal outputs ``square`` are square
+    (``U U^H = I`` as well as ``U^H U = I``): the same values there, with the terms that vanish
+    dropped (the complement projections ``(I - U U^H) X``).  ``name`` suffixes the generated
+    functions (``square_U``); ``real_jvp``/``real_vjp``: a complex derivation's, read on real data
+    (see :meth:`Derivation.square_variants`)."""
+
+    name: str
+    square: tuple[str, ...]
+    jvp: Rule
+    vjp: Rule
+    real_jvp: Rule | None = None
+    real_vjp: Rule | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +299,8 @@ class Derivation:
         self.instantiations: dict[str, tuple[dict, tuple]] = {}
         self.real_jvp: Rule | None = None
         self.real_vjp: Rule | None = None
+        #: the rules specialised to square orthonormal outputs (:meth:`square_variants`)
+        self.variants: list[Variant] = []
         self.dims: list[sp.Symbol] = []
         self.inputs: list[MatrixSymbol] = []
         self.outputs: list[MatrixSymbol] = []
@@ -1647,9 +1668,10 @@ class Derivation:
                     self.pairwise[p.name] = p.definition
                     self.pairwise_lines[p.name] = self.pairwise_lines.get(base)
 
-    def _specialize(self, what: str, raw: dict, sources: dict) -> Rule | None:
+    def _specialize(self, what: str, raw: dict, sources: dict, square: tuple = ()) -> Rule | None:
         """A complex rule read on real data: renormalised with the real-only rules
-        (``diag(X^T) = diag(X)``, zero diagonal of skew matrices), checked on the real instances."""
+        (``diag(X^T) = diag(X)``, zero diagonal of skew matrices), checked on the real instances
+        (``square``: those at which these outputs are square, a variant's)."""
         if not self.structure.complex or self.structure.complex_diagonal:
             return None  # complex diagonal outputs (eigenvalues of a general matrix) are complex for real data too
         real = self.structure.real()
@@ -1657,10 +1679,79 @@ class Derivation:
         code = {k: algebra.simplify_for_codegen(v, real) for k, v in spec.items()}
         for k in raw:
             eq = Equation(code[k], raw[k])
+            check = _real_only(_equation_check(eq))
             self._record("specialize", f"{what} {k} on real data: {code[k]}", eq,
-                         check=_real_only(_equation_check(eq)), symbolic=_real_only_symbolic(code[k], raw[k]),
-                         note="checked on the real instances")
+                         check=Check(check.kind, check.args, real_only=True, square=square),
+                         symbolic=_real_only_symbolic(code[k], raw[k]),
+                         note="checked on the real instances" + (f" with {_and(square)} square" if square else ""))
         return Rule(spec, code, dict(sources))
+
+    def square_variants(self, *outputs: MatrixSymbol):
+        """Also derive the rules for the shapes at which these orthonormal outputs are square: for
+        each nonempty set of them, the JVP and the VJP with ``U U^T = I`` substituted (``U^T U = I``
+        holds always; ``U U^T = I`` too where ``U`` is square), so that the terms that vanish there
+        (the complement projections ``(I - U U^T) dA V S^-1`` of the SVD, the thin QR's) are not
+        computed.  The generated code picks the variant by the shapes at run time (the anchors'
+        ``if m > n`` branches, derived instead of written).  Call after :meth:`derive_vjp`.
+
+        Records: a ``square`` step per rule output and variant (and ``specialize`` steps for a
+        complex derivation's real data).  Numeric check: the variant against the general rule on
+        the instances where the outputs are square (at least one instance must be).  Symbolic
+        check: none (it uses an identity of those shapes)."""
+        from itertools import combinations
+
+        label = "rules for square " + _and([getattr(X, "name", repr(X)) for X in outputs])
+        if self.vjp is None:
+            self._fail(label, "derive_vjp must come first")
+        for X in outputs:
+            if not isinstance(X, MatrixSymbol) or X not in self.outputs or X.name not in self.structure.orthonormal \
+                    or self.structure.orthonormal[X.name] is not None:
+                self._fail(label, f"{X} is not an output declared orthonormal=True")
+        for r in range(1, len(outputs) + 1):
+            for subset in combinations(outputs, r):
+                self._square_variant(subset)
+
+    def _square_variant(self, subset):
+        names = tuple(X.name for X in subset)
+        label = f"rules where {_and(names)} {'is' if len(names) == 1 else 'are'} square"
+        values = {s: None for s in self.dims}
+
+        def square_at(dims):
+            env = {s: dims[s.name] for s in values if s.name in dims}
+            return all(sp.sympify(X.shape[0]).subs(env) == sp.sympify(X.shape[1]).subs(env) for X in subset)
+
+        fields = {dims.get("field") for dims in self.audit_dims if square_at(dims)}
+        if not fields:
+            self._fail(label, f"no audit instance has {_and(names)} square: add one to d.instances")
+        if self.real_jvp is not None and {"real", "complex"} & {dims.get("field") for dims in self.audit_dims} \
+                and not {"real", "complex"} <= fields:  # the sampler's field: one instance of each
+            self._fail(label, f"the audit instances with {_and(names)} square are all {fields.pop()}: add one of "
+                       "the other field to d.instances, so that both sets of rules are checked")
+
+        def special(rule: Rule) -> dict:
+            out = {}
+            for k, e in rule.raw.items():
+                for X in subset:
+                    e, _ = algebra.substitute_product(e, X * X.T, Identity(X.shape[0]), self.structure)
+                out[k] = self._norm(e)
+            return out
+
+        jvp_raw, vjp_raw = special(self.jvp), special(self.vjp)
+        if jvp_raw == dict(self.jvp.raw) and vjp_raw == dict(self.vjp.raw):
+            self._fail(label, f"no term of the rules changes where {_and(names)} {'is' if len(names) == 1 else 'are'} square")
+        rules = []
+        for what, raw, general in (("JVP", jvp_raw, self.jvp), ("VJP", vjp_raw, self.vjp)):
+            code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
+            for k in raw:
+                eq = Equation(code[k], general.raw[k])
+                self._record("square", f"{what} {k} where {_and(names)} {'is' if len(names) == 1 else 'are'} square "
+                             f"({_and([n + ' ' + n + '^T = I' for n in names])}): {code[k]}", eq,
+                             check=Check("equation", (eq,), square=names),
+                             note=f"checked on the instances with {_and(names)} square")
+            rules.append(Rule(raw, code, dict(general.sources)))
+        real_jvp = self._specialize("JVP", jvp_raw, dict(self.jvp.sources), names) if self.real_jvp is not None else None
+        real_vjp = self._specialize("VJP", vjp_raw, dict(self.vjp.sources), names) if self.real_vjp is not None else None
+        self.variants.append(Variant("square_" + "_".join(names), names, rules[0], rules[1], real_jvp, real_vjp))
 
     def tangents_by_name(self, name):
         for t in self.tangents.values():
@@ -1803,6 +1894,11 @@ class Derivation:
                      symbolic=_same_value_symbolic(self._norm(value), projected))
         self.vjp_factors["g" + s.name] = (algebra.simplify_for_codegen(L, self.structure),
                                           algebra.simplify_for_codegen(R, self.structure))
+
+
+def _and(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _real_diagonal_factor(f, structure) -> bool:

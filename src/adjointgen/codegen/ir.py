@@ -214,6 +214,8 @@ class RuleIR:
     complex: bool = False
     #: (output name in code, where it was derived: ``derivations/inv.py:46 (step 7: solve for dX)``)
     sources: tuple[tuple[str, str], ...] = ()
+    #: output symbols that are square wherever this rule applies (a variant's, ``U U^T = I``)
+    square: tuple[str, ...] = ()
 
     @property
     def signature(self) -> str:
@@ -388,6 +390,26 @@ class PublicIR:
 
 
 @dataclass(frozen=True)
+class VariantIR:
+    """The rules specialised to shapes at which the outputs ``square`` (their names in code) are
+    square; the generated table dispatches to them (:class:`adjointgen.runtime.rules.Variant`)."""
+
+    name: str
+    square: tuple[str, ...]
+    jvp: RuleIR
+    vjp: RuleIR
+    vjp_checked: RuleIR | None = None
+    jvp_complex: RuleIR | None = None
+    vjp_complex: RuleIR | None = None
+    vjp_complex_checked: RuleIR | None = None
+
+    @property
+    def rules(self) -> tuple[RuleIR, ...]:
+        return tuple(r for r in (self.jvp, self.vjp, self.jvp_complex, self.vjp_complex, self.vjp_checked,
+                                 self.vjp_complex_checked) if r is not None)
+
+
+@dataclass(frozen=True)
 class OperationIR:
     """Everything the templates need for one operation."""
 
@@ -435,6 +457,8 @@ class OperationIR:
     pairwise_params: tuple[tuple[str, str], ...] = ()
     #: a spectral function's second-order rule exists (:meth:`Derivation.second_order`)
     second_order: bool = False
+    #: the rules specialised to square orthonormal outputs
+    variants: tuple[VariantIR, ...] = ()
 
     @property
     def complex(self) -> bool:
@@ -450,7 +474,8 @@ class OperationIR:
     def rules(self) -> tuple[RuleIR, ...]:
         extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, *self.gauge_rules, self.vjp_checked,
                  self.vjp_complex_checked)
-        return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None)
+        return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None) + tuple(
+            r for v in self.variants for r in v.rules)
 
     @property
     def uses_clusters(self) -> bool:

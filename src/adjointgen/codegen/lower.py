@@ -28,7 +28,7 @@ from sympy.printing.str import StrPrinter
 from ..calculus.spec import OperationSpec, Source, as_spec
 from ..calculus.nodes import DI, DJ, EngineNode, OperatorSolve, PairwiseMatrix, ScalarIdentity, Skew, Sym
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
-                 ResidualIR, RuleIR, Value)
+                 ResidualIR, RuleIR, Value, VariantIR)
 
 #: sizes used only to choose the order of matrix chains
 REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
@@ -645,6 +645,27 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         checked_real = rule("vjp", {**real_vjp.rewritten, **real_codes}, vjp_params, {**vjp_out, **out_real},
                             {**real_vjp.raw, **real_raws}, complex_only, "_checked")
     gauge = next((r for r in gauge_rules if r.name == f"{d.name}_gauge"), None)
+    variants = []
+    for v in d.variants:  # the same rules where some orthonormal outputs are square
+        sfx, v_jvp, v_vjp = "_" + v.name, v.real_jvp or v.jvp, v.real_vjp or v.vjp
+
+        def square(r, v=v):
+            return None if r is None else dataclasses.replace(r, square=v.square)
+
+        variants.append(VariantIR(
+            name=v.name, square=tuple(api[n] for n in v.square),
+            jvp=square(rule("jvp", v_jvp.rewritten, jvp_params, jvp_out, v_jvp.raw, complex_only, sfx)),
+            vjp=square(rule("vjp", v_vjp.rewritten, vjp_params, vjp_out, v_vjp.raw, complex_only, sfx)),
+            jvp_complex=square(rule("jvp", v.jvp.rewritten, jvp_params, jvp_out, v.jvp.raw, True, "_complex" + sfx)
+                               if d.real_jvp is not None else None),
+            vjp_complex=square(rule("vjp", v.vjp.rewritten, vjp_params, vjp_out, v.vjp.raw, True, "_complex" + sfx)
+                               if d.real_jvp is not None else None),
+            vjp_complex_checked=square(rule("vjp", {**v.vjp.rewritten, **complex_codes}, vjp_params,
+                                            {**vjp_out, **out_complex}, {**v.vjp.raw, **complex_raws}, True,
+                                            "_complex_checked" + sfx) if complex_codes else None),
+            vjp_checked=square(rule("vjp", {**v_vjp.rewritten, **real_codes}, vjp_params, {**vjp_out, **out_real},
+                                    {**v_vjp.raw, **real_raws}, complex_only, "_checked" + sfx) if real_codes else None),
+        ))
     vjp_factors = None
     if d.vjp_factors:
         exprs, names = {}, {}
@@ -684,6 +705,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         pairwise_params=tuple((name, api[d.pairwise[name].diagonal_of]) for name in sorted(
             {p.symbol for r in (jvp, vjp) for p in r.params if p.role == PAIRWISE_ROLE})),
         second_order=d.second is not None,
+        variants=tuple(variants),
     )
 
 

@@ -253,6 +253,8 @@ def _check_rules_once(op, d, module, contexts, path, problems, *, to_array, to_n
         for index, ctx in enumerate(contexts):
             if _is_complex(ctx) != complex_rule and (d.field == "complex"):
                 continue
+            if any(np.shape(ctx.env[n])[0] != np.shape(ctx.env[n])[1] for n in rule.square):
+                continue  # a rule specialised to square shapes, at an instance that has none
             env = dict(ctx.env)
             if complex_rule:  # a complex rule takes real data as complex (a complex-only operation's)
                 env = {k: v.astype(np.result_type(v.dtype, np.complex64)) if isinstance(v, np.ndarray) else v

@@ -5,7 +5,8 @@ functions. The rules are the VJP and JVP for real data and for complex data, the
 (the VJP together with its gauge residuals), and what each residual is. :func:`vjp` and
 :func:`jvp` then decide, for every operation alike:
 
-- complex or real rules, by the dtype of the operation's first input;
+- complex or real rules, by the dtype of the operation's first input; the rules specialised to the
+  shapes where they exist (square factors: :meth:`Rules.for_shapes`);
 - checked or not: a complex VJP is checked whenever the checks are on (the phases are always a
   gauge); a real one only where its values have a cluster, and not under a broadening;
 - at a cluster, a loss through ``V f(D) V^H`` is completed first
@@ -24,9 +25,9 @@ import torch
 
 from . import degeneracy, gauge, value_blocks
 from .function import nested_forward as _nested_forward
-from .rules import Call, Residual, Rules
+from .rules import Call, Residual, Rules, Variant
 
-__all__ = ["Call", "Residual", "Rules", "for_data", "jvp", "vjp"]
+__all__ = ["Call", "Residual", "Rules", "Variant", "for_data", "jvp", "vjp"]
 
 
 def for_data(data, real: Callable, complex_: Callable | None = None) -> Callable:
@@ -64,7 +65,8 @@ def _independent(rules: Rules, env: dict) -> None:
 
 
 def jvp(rules: Rules, env: dict) -> tuple:
-    """The output tangents: the complex or the real JVP rule."""
+    """The output tangents: the complex or the real JVP rule (of the variant for the shapes)."""
+    rules = rules.for_shapes(env)
     if rules.complex_only:
         _independent(rules, env)
         return rules.jvp(_as_complex(env, rules.jvp))
@@ -112,6 +114,7 @@ class _ResolvedGradient(torch.autograd.Function):
 
 
 def _vjp(rules: Rules, env: dict) -> tuple:
+    rules = rules.for_shapes(env)
     if rules.complex_only:  # complex rules; the phases are always a gauge; a real input's cotangent is real
         _independent(rules, env)
         cenv = _as_complex(env, rules.vjp, rules.vjp_checked, *(r.call for r in rules.residuals))

@@ -418,6 +418,7 @@ def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...]) -> tuple:
     """The output tangents of the derived JVP (complex or real rules), passed through
     :func:`gauge_checked` where the operation has gauge residuals.  ``cotangent_names``: the names
     the checked VJP gives the outputs' cotangents (``gw``, ``gV``), in the order of the tangents."""
+    rules = rules.for_shapes(env)
     complex_ = _complex(rules, env)
     tangents = (rules.jvp_complex if complex_ else rules.jvp)(env)
     checked = rules.vjp_complex_checked if complex_ else rules.vjp_checked

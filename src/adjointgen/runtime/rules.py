@@ -8,10 +8,11 @@ this module imports no array library.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Call", "Residual", "Rules"]
+__all__ = ["Call", "Residual", "Rules", "Variant"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,29 @@ class Residual:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """The rules specialised to the shapes at which the outputs named in ``square`` are square
+    (``U U^H = I``: the complement terms dropped; ``Derivation.square_variants``).  Each call
+    replaces the one of the same name of :class:`Rules` where it applies."""
+
+    square: tuple[str, ...]
+    jvp: Call
+    vjp: Call
+    vjp_checked: Call | None = None
+    jvp_complex: Call | None = None
+    vjp_complex: Call | None = None
+    vjp_complex_checked: Call | None = None
+
+
+_VARIANT_CALLS = ("jvp", "vjp", "vjp_checked", "jvp_complex", "vjp_complex", "vjp_complex_checked")
+
+
+def _square(x) -> bool:
+    shape = getattr(x, "shape", ())
+    return len(shape) >= 2 and shape[-1] == shape[-2]
+
+
+@dataclass(frozen=True)
 class Rules:
     """An operation's rules as the autograd function dispatches them.  ``outputs``: the VJP's
     outputs (the input cotangents) in order; ``data``: the input whose dtype selects the complex
@@ -72,3 +96,17 @@ class Rules:
     #: one set of rules, for complex data, whose outputs are complex for real input too (``eig``):
     #: real data is cast for them, and the real input's cotangent is the real part
     complex_only: bool = False
+    #: rules specialised to square shapes of orthonormal outputs (:class:`Variant`)
+    variants: tuple[Variant, ...] = ()
+
+    def for_shapes(self, env: dict) -> "Rules":
+        """The rules for the arrays of ``env``: those of the variant with the most outputs that are
+        all square there (the shapes are static under tracing), else these."""
+        best = None
+        for v in self.variants:
+            if all(_square(env.get(name)) for name in v.square) and (best is None or len(v.square) > len(best.square)):
+                best = v
+        if best is None:
+            return self
+        return dataclasses.replace(self, variants=(), **{f: getattr(best, f) for f in _VARIANT_CALLS
+                                                          if getattr(best, f) is not None})
