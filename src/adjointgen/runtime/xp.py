@@ -188,6 +188,12 @@ def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
     return out.reshape(batch + B.shape[-2:])
 
 
+def solve_triangular_right(xp, M, B, lower: bool, unit: bool = False):
+    """``B M^-1`` for triangular ``M`` (batched): the transposed left solve."""
+    return xp.swapaxes(solve_triangular(xp, xp.swapaxes(M, -1, -2), xp.swapaxes(B, -1, -2), lower=not lower, unit=unit),
+                       -1, -2)
+
+
 def solve_lower(A, B):
     """``A^-1 B`` for a lower triangular ``A`` (its upper triangle not read), NumPy or CuPy; raises
     ``numpy.linalg.LinAlgError`` (as ``xp.linalg.solve``) for a zero on the diagonal."""
