@@ -1,33 +1,60 @@
-"""custom_jvp (JAX transposes the derived JVP, what adjointgen.jax ships) vs custom_vjp (the derived
-VJP) for eigh and cholesky: jit(grad) time, same loss, same forward (python benchmarks/bench_jax_rules.py)."""
-import statistics
-import time
-import jax, jax.numpy as jnp, numpy as np
-jax.config.update("jax_enable_x64", True)
-import adjointgen.jax as agj
-from adjointgen.generated.jax import eigh as E, cholesky as C
+"""Reverse mode of the generated JAX functions: the derived VJP (the JVP as a linear primitive whose
+transpose is the VJP: what adjointgen.jax ships) vs JAX's transposition of the derived JVP's
+operations, for eigh, svd, cholesky and expm: jit(grad) of one loss, same forward, ratios in one run.
 
-@jax.custom_vjp
-def eigh_v(A):
-    return tuple(jnp.linalg.eigh(A))
-eigh_v.defvjp(lambda A: (eigh_v(A), eigh_v(A)), lambda res, g: (E.eigh_vjp(res[0], res[1], g[0], g[1]),))
-@jax.custom_vjp
-def chol_v(A):
-    return jnp.linalg.cholesky(A)
-chol_v.defvjp(lambda A: (chol_v(A), chol_v(A)), lambda L, g: (C.cholesky_vjp(L, g),))
+    python benchmarks/bench_jax_rules.py [--quick]
+"""
+import argparse
+import os
+import sys
 
-def t(f, X):
-    f(X).block_until_ready()
-    ts = []
-    for _ in range(7):
-        t0 = time.perf_counter(); f(X).block_until_ready(); ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-for n in (256, 512):
-    rng = np.random.default_rng(n); M = rng.standard_normal((n, n)); W = jnp.asarray(rng.standard_normal((n, n)))
-    H = jnp.asarray(M + M.T); S = jnp.asarray(M @ M.T / n + np.eye(n))
-    le = lambda eigh: jax.jit(jax.grad(lambda A: jnp.sum(eigh(A)[0] * W[0]) + jnp.sum(eigh(A)[1] * W)))
-    lc = lambda ch: jax.jit(jax.grad(lambda A: jnp.sum(ch(A) * W)))
-    with agj.errors_in_jit(False):
-        a, b = t(le(agj.eigh), H), t(le(eigh_v), H)
-        c, d = t(lc(agj.cholesky), S), t(lc(chol_v), S)
-    print(f"n={n} eigh custom_jvp {a*1e3:.1f} ms, custom_vjp {b*1e3:.1f} ms, ratio {a/b:.2f};  cholesky custom_jvp {c*1e3:.1f} ms, custom_vjp {d*1e3:.1f} ms, ratio {c/d:.2f}")
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import median_time, table  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        import jax
+    except ImportError:
+        print("jax is not installed: no JAX benchmark")
+        return []
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    import adjointgen.jax as agj
+    from adjointgen.runtime.jax import transposition
+
+    rows, results = [], []
+    for n in ([64] if args.quick else [256, 512]):
+        rng = np.random.default_rng(n)
+        M = rng.standard_normal((n, n))
+        W = jnp.asarray(rng.standard_normal((n, n)))
+        cases = {
+            "eigh": (lambda A: sum(jnp.sum(o * w) for o, w in zip(agj.eigh(A), (W[0], W))), jnp.asarray(M + M.T)),
+            "svd": (lambda A: sum(jnp.sum(o * w) for o, w in zip(agj.svd(A), (W, W[0], W))), jnp.asarray(M)),
+            "cholesky": (lambda A: jnp.sum(agj.cholesky(A) * W), jnp.asarray(M @ M.T / n + np.eye(n))),
+            "expm": (lambda A: jnp.sum(agj.expm(A) * W), jnp.asarray(M / n ** 0.5)),
+        }
+        for name, (loss, X) in cases.items():
+            with transposition("derived"):
+                derived = jax.jit(jax.grad(loss))
+                derived(X).block_until_ready()
+            with transposition("jax"):
+                transposed = jax.jit(jax.grad(loss))
+                transposed(X).block_until_ready()
+            t_jax = median_time(lambda: transposed(X).block_until_ready())
+            t_derived = median_time(lambda: derived(X).block_until_ready())
+            rows.append((name, n, f"{t_derived * 1e3:.2f}", f"{t_jax * 1e3:.2f}", f"{t_derived / t_jax:.2f}"))
+            results.append({"benchmark": "jax_rules", "case": f"{name} jit grad n={n} float64", "ratio": t_derived / t_jax,
+                            "anchor": "JAX's transposition of the derived JVP", "target": "<= 1.0"})
+    print(f"JAX {jax.__version__} on {jax.devices()[0].platform}, median ms of jit(grad(loss))")
+    print(table(rows, ["op", "n", "derived VJP", "transposed JVP", "ratio"]))
+    return results
+
+
+if __name__ == "__main__":
+    main()

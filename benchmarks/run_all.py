@@ -31,6 +31,7 @@ BENCHMARKS = [
     ("bench_pinv", []),
     ("bench_eigsh", []),
     ("bench_jax", []),
+    ("bench_jax_rules", []),
     ("sweep_funm", []),
 ]
 

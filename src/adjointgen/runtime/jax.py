@@ -424,18 +424,75 @@ def _complex(rules: Rules, env: dict) -> bool:
     return rules.vjp_complex is not None and jnp.iscomplexobj(env[rules.data])
 
 
-def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...]) -> tuple:
+_TRANSPOSE = "derived"
+
+
+@contextlib.contextmanager
+def transposition(mode: str):
+    """Within this block (while tracing), reverse mode of the generated functions runs the derived
+    VJP (``"derived"``, the default) or JAX's transposition of the derived JVP's operations
+    (``"jax"``): for comparing the two (``benchmarks/bench_jax_rules.py``)."""
+    global _TRANSPOSE
+    if mode not in ("derived", "jax"):
+        raise ValueError(f"transposition: mode must be 'derived' or 'jax', not {mode!r}")
+    old, _TRANSPOSE = _TRANSPOSE, mode
+    try:
+        yield
+    finally:
+        _TRANSPOSE = old
+
+
+def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...], *, transpose: str | None = None) -> tuple:
     """The output tangents of the derived JVP (complex or real rules), passed through
     :func:`gauge_checked` where the operation has gauge residuals.  ``cotangent_names``: the names
-    the checked VJP gives the outputs' cotangents (``gw``, ``gV``), in the order of the tangents."""
+    the checked VJP gives the outputs' cotangents (``gw``, ``gV``), in the order of the tangents.
+
+    ``transpose="derived"`` (the default, see :func:`transposition`): reverse mode runs the derived
+    VJP (:func:`linear_rule`: the JVP as a linear primitive whose transpose is the VJP), forward mode
+    the derived JVP; ``"jax"``: JAX transposes the JVP's operations itself."""
     rules = rules.for_shapes(env)
     complex_ = _complex(rules, env)
-    tangents = (rules.jvp_complex if complex_ else rules.jvp)(env)
+    call = rules.jvp_complex if complex_ else rules.jvp
+    back = rules.vjp_complex if complex_ else rules.vjp
+    if (transpose or _TRANSPOSE) == "derived" and not rules.complex_only:
+        tangents = linear_rule(rules.op, call, back, env, tuple("d" + name[1:] for name in rules.outputs),
+                               cotangent_names)
+    else:
+        tangents = call(env)
     checked = rules.vjp_complex_checked if complex_ else rules.vjp_checked
     if checked is None or not gauge.enabled() or (rules.broadening and env.get("broadening") is not None):
         return tangents
     residuals = rules.residuals_complex if complex_ else rules.residuals
     return gauge_checked(rules, env, checked, residuals, tangents, cotangent_names)
+
+
+class _Linear:
+    """The static part of one :func:`linear_rule` (hashed by identity): the rules and the names of
+    the operands."""
+
+    def __init__(self, op, call, back, tangent_names, cotangent_names, names, static):
+        self.op, self.call, self.back = op, call, back
+        self.tangent_names, self.cotangent_names, self.names, self.static = tangent_names, cotangent_names, names, static
+
+    def env(self, args) -> dict:
+        k = len(self.tangent_names)
+        return dict(self.static, **dict(zip(self.tangent_names, args[:k])), **dict(zip(self.names, args[k:])))
+
+    def forward(self, *args):
+        return list(self.call(self.env(args)))
+
+
+def linear_rule(op, call, back, env, tangent_names, cotangent_names):
+    """The output tangents ``call(env)`` (the derived JVP), through one primitive that is linear in
+    the input tangents ``tangent_names`` and whose transpose is ``back`` (the derived VJP), so that
+    reverse mode runs the derived VJP instead of JAX's transposition of the JVP's operations (one
+    rule, audited, for each direction, as on the torch side).  Its own derivative (second order)
+    differentiates the JVP's ``jax.numpy`` operations."""
+    needed = {*call.args, *call.keywords, *back.args, *back.keywords} - set(tangent_names) - set(cotangent_names)
+    names = tuple(k for k in sorted(needed) if isinstance(env.get(k), jax.Array) or hasattr(env.get(k), "aval"))
+    static = tuple((k, env.get(k)) for k in sorted(needed) if k not in names)
+    plan = _Linear(op, call, back, tuple(tangent_names), tuple(cotangent_names), names, static)
+    return tuple(_linear_p.bind(*(env[k] for k in tangent_names), *(env[k] for k in names), plan=plan))
 
 
 def gauge_checked(rules, env, checked, residuals, tangents, cotangent_names):
@@ -605,7 +662,51 @@ def _make_primitives():
     batching.primitive_batchers[tangent_p] = tangent_batched
     ad.primitive_jvps[tangent_p] = tangent_jvp
     ad.primitive_transposes[tangent_p] = tangent_transpose
-    return hook_p, check_p, tangent_p
+
+    linear_p = Primitive("adjointgen_linear_rule")
+    linear_p.multiple_results = True
+
+    def linear_abstract(*args, plan):
+        avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args]
+        return [jax.core.ShapedArray(o.shape, o.dtype) for o in jax.eval_shape(plan.forward, *avals)]
+
+    def linear_batched(args, dims, *, plan):
+        size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+        args = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+        out = linear_p.bind(*args, plan=plan)
+        return out, [0] * len(out)
+
+    def linear_jvp(primals, tangents, *, plan):
+        # the JVP is linear in the input tangents, not in the primal values it reads: its
+        # derivative is that of its jax.numpy operations
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        out, dout = jax.jvp(plan.forward, tuple(primals), tuple(tangents))
+        return out, dout
+
+    def linear_transpose(cts, *args, plan):
+        k = len(plan.tangent_names)
+        held = args[k:]
+        avals = linear_abstract(*[a.aval if ad.is_undefined_primal(a) else a for a in args], plan=plan)
+        cts = [jnp.zeros(a.shape, a.dtype) if type(c) is ad.Zero else c for c, a in zip(cts, avals)]
+        env = dict(plan.static, **dict(zip(plan.names, held)))
+        # JAX's cotangents are the conjugates of the rules' (Re tr(G^H dX)), and so are its results
+        env.update(zip(plan.cotangent_names, (jnp.conj(c) for c in cts)))
+        grads = plan.back(env)
+        out = []
+        for g, a in zip(grads, args[:k]):
+            aval = a.aval if ad.is_undefined_primal(a) else a
+            g = jnp.conj(g)
+            g = g.real if not jnp.iscomplexobj(jnp.zeros((), aval.dtype)) and jnp.iscomplexobj(g) else g
+            out.append(jnp.broadcast_to(g, aval.shape).astype(aval.dtype) if g.shape != aval.shape else g.astype(aval.dtype))
+        return out + [None] * len(held)
+
+    linear_p.def_impl(lambda *args, plan: plan.forward(*args))
+    linear_p.def_abstract_eval(linear_abstract)
+    mlir.register_lowering(linear_p, mlir.lower_fun(lambda *args, plan: plan.forward(*args), multiple_results=True))
+    batching.primitive_batchers[linear_p] = linear_batched
+    ad.primitive_jvps[linear_p] = linear_jvp
+    ad.primitive_transposes[linear_p] = linear_transpose
+    return hook_p, check_p, tangent_p, linear_p
 
 
 def _violations(rules, env, checked, residuals, cotangents, names):
@@ -677,4 +778,4 @@ def _raise(op, phase, cluster, basis=False):
             "with adjointgen.runtime.gauge.set_enabled(False)")
 
 
-_hook_p, _check_p, _tangent_p = _make_primitives()
+_hook_p, _check_p, _tangent_p, _linear_p = _make_primitives()
