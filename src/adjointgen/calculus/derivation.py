@@ -1714,10 +1714,8 @@ class Derivation:
     def _square_variant(self, subset):
         names = tuple(X.name for X in subset)
         label = f"rules where {_and(names)} {'is' if len(names) == 1 else 'are'} square"
-        values = {s: None for s in self.dims}
-
         def square_at(dims):
-            env = {s: dims[s.name] for s in values if s.name in dims}
+            env = {s: dims[s.name] for s in self.dims if s.name in dims}
             return all(sp.sympify(X.shape[0]).subs(env) == sp.sympify(X.shape[1]).subs(env) for X in subset)
 
         fields = {dims.get("field") for dims in self.audit_dims if square_at(dims)}
