@@ -13,6 +13,7 @@ do not cancel (:mod:`adjointgen.runtime.divided`).
 References: Ju. L. Daleckii, S. G. Krein (1965); N. J. Higham, "Functions of Matrices" (2008), §3.
 """
 import numpy as np
+import scipy.linalg
 import sympy as sp
 
 import _eigenspaces as eigenspaces
@@ -27,7 +28,20 @@ AUDITED = {"exp": sp.exp(x), "log": sp.log(x), "sqrt": sp.sqrt(x), "cube": x ** 
            "sin": sp.sin(x)}
 
 
+#: the primary matrix function of every square matrix that each audited f restricts (SciPy's)
+GENERAL = {"exp": scipy.linalg.expm, "log": scipy.linalg.logm, "sqrt": scipy.linalg.sqrtm,
+           "cube": lambda A: A @ A @ A, "pow": lambda A: scipy.linalg.fractional_matrix_power(A, 1.5),
+           "sin": scipy.linalg.sinm}
+
+
 # ---------------------------------------------------------------- numeric instances for the audit
+def general_forward(f):
+    def forward(A):
+        X = GENERAL[f](A)
+        return {"X": X if np.iscomplexobj(A) else np.real_if_close(X, tol=1e6).real}
+    return forward
+
+
 def forward(A, fn):
     w, V = np.linalg.eigh(A)
     f = sp.lambdify(x, fn, "numpy")
@@ -53,7 +67,7 @@ def sample(rng, n, field, f):
     dA = (dA + dA.conj().T) / 2
     base, tan = fd_tangents(lambda A: forward(A, fn), {"A": A}, {"A": dA}, align=align_phases, h=1e-4)
     return {"A": A, "dA": dA, "X": base["X"], "U": base["U"], "D": base["D"], "dX": tan["X"], "dU": tan["U"],
-            "dD": tan["D"], "f": sp.Lambda(x, fn)}
+            "dD": tan["D"], "f": sp.Lambda(x, fn), "general": general_forward(f)}
 
 
 # ---------------------------------------------------------------- declarations
@@ -93,6 +107,11 @@ d.set_jvp(partial=True, dX=d.solve_for(s, dX))
 
 # ---------------------------------------------------------------- VJP
 d.derive_vjp()
+
+# ---------------------------------------------------------------- the general matrix function at Hermitian A
+# exp, log, sqrt of any square matrix restrict to these: along a non-symmetric dA their derivative at
+# Hermitian A is the same Daleckii-Krein form, not projected (checked against SciPy's general functions)
+d.general_directions(A)
 
 # ---------------------------------------------------------------- second derivatives
 T = d.second_order(L)

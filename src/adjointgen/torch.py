@@ -72,8 +72,8 @@ def det(A: torch.Tensor) -> torch.Tensor:
     ``A`` too (the cofactor matrix: nonzero at rank ``n - 1``).  ``adj(A)`` is ``det(A) A^-1`` from
     one LU where ``A`` is well conditioned and comes from the SVD otherwise
     (:func:`adjointgen.runtime.linalg.adjugate`).  Reverse and forward mode, ``torch.func``
-    transforms, second derivatives (at rank ``n - 1`` too; at rank ``n - 2`` and below the second
-    derivative is not defined by the SVD route and comes out NaN); float32/float64/complex64/
+    transforms, second derivatives at every rank (the zero matrix included: ``adj``'s derivative
+    comes from the same SVD factors in a form that divides by nothing); float32/float64/complex64/
     complex128, CPU/CUDA, empty batches.
 
     Raises:
@@ -741,15 +741,18 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
 def expm(A: torch.Tensor) -> torch.Tensor:
     """``exp(A)`` of a square ``A``, as :func:`torch.linalg.matrix_exp`.
 
-    Symmetric (Hermitian) ``A`` (to ``100 eps``): ``V exp(w) V^H`` from ``eigh``, differentiable with
-    the Daleckii–Krein rule derived in ``derivations/funm.py`` (continuous at repeated eigenvalues).
-    Any other ``A``, and every ``A`` under ``vmap``: :func:`matrix_exp`.  Reverse and forward mode,
-    ``torch.func`` transforms, second derivatives.
+    Symmetric (Hermitian) ``A`` (to ``100 eps``): ``V exp(w) V^H`` from ``eigh``, differentiable with the
+    Daleckii–Krein rule derived in ``derivations/funm.py`` along every direction, symmetric or not
+    (``Derivation.general_directions``: the audit checks it against the general exponential), so
+    its derivatives are :func:`matrix_exp`'s (continuous at repeated eigenvalues).  Any other ``A``,
+    and every ``A`` whose values cannot be read (under ``vmap``, ``torch.compile``, on meta
+    tensors): :func:`matrix_exp`.  Reverse and forward mode, ``torch.func`` transforms, second
+    derivatives.
 
     Raises:
         ValueError: not a square floating matrix, NaN/Inf.
     """
-    return _symmetric_or_general(A, _funm.expm, "matrix_exp")
+    return _symmetric_or_general(A, _general_directions("expm"), "matrix_exp")
 
 
 def matrix_exp(A: torch.Tensor) -> torch.Tensor:
@@ -774,8 +777,9 @@ def logm(A: torch.Tensor) -> torch.Tensor:
     :func:`scipy.linalg.logm`.
 
     Symmetric (Hermitian) ``A`` (to ``100 eps``): positive definite, ``V log(w) V^H`` from ``eigh``,
-    differentiable to second order (see :func:`expm`).  Any other ``A``, and every ``A`` under
-    ``vmap``: SciPy's inverse scaling and squaring on the host (tensors on a GPU make a round trip),
+    differentiable to second order along every direction (see :func:`expm`).  Any other ``A``, and
+    every ``A`` whose values cannot be read (``vmap``, ``torch.compile``): SciPy's inverse scaling
+    and squaring on the host (tensors on a GPU make a round trip),
     real for real ``A``; its Fréchet derivative is derived in ``derivations/logm_general.py`` from
     ``exp(X) = A`` as the inverse of the exponential's, ``dX = L_exp[X]^-1(dA)``, solved with the
     block logarithm, to any order (reverse, forward, ``torch.func`` transforms).
@@ -784,18 +788,18 @@ def logm(A: torch.Tensor) -> torch.Tensor:
         ValueError: an eigenvalue ``<= 0`` of symmetric ``A``, or of general ``A`` on the closed
             negative real axis (named in the message).
     """
-    return _symmetric_or_general(A, _funm.logm, "logm_general")
+    return _symmetric_or_general(A, _general_directions("logm"), "logm_general")
 
 
 def sqrtm(A: torch.Tensor) -> torch.Tensor:
     """The principal square root of a square ``A``, as :func:`scipy.linalg.sqrtm`.
 
     Symmetric (Hermitian) ``A`` (to ``100 eps``): positive semidefinite, ``V sqrt(w) V^H`` from ``eigh``
-    (eigenvalues within rounding of 0 are taken as 0), differentiable to second order where ``A`` is
-    positive definite, continuous at repeated eigenvalues (see :func:`expm`).
+    (eigenvalues within rounding of 0 are taken as 0), differentiable to second order along every
+    direction where ``A`` is positive definite, continuous at repeated eigenvalues (see :func:`expm`).
 
-    Any other ``A``, and every ``A`` under ``vmap`` (values cannot be tested there; a singular
-    positive semidefinite ``A`` then raises): the root whose eigenvalues have positive real parts,
+    Any other ``A``, and every ``A`` whose values cannot be read (``vmap``, ``torch.compile``; a
+    singular positive semidefinite ``A`` then raises): the root whose eigenvalues have positive real parts,
     by SciPy's Schur method on
     the host (tensors on a GPU make a round trip), real for real ``A``; its Fréchet derivative
     ``X dX + dX X = dA`` and the adjoint are derived in ``derivations/sqrtm_general.py`` and solved
@@ -805,25 +809,23 @@ def sqrtm(A: torch.Tensor) -> torch.Tensor:
         ValueError: a negative eigenvalue of symmetric ``A``, or an eigenvalue of general ``A`` on
             the closed negative real axis (named in the message); in a derivative, a zero
             eigenvalue of symmetric ``A`` (the derivative of ``sqrt`` is infinite there).
-
-    Under ``torch.compile`` (and on meta tensors) values cannot be read and the host solver cannot
-    run: ``A`` is taken as symmetric there.
     """
-    return _symmetric_or_general(A, _funm.sqrtm, "sqrtm_general")
+    return _symmetric_or_general(A, _general_directions("sqrtm"), "sqrtm_general")
 
 
 def _symmetric_or_general(A, hermitian_function, general: str):
-    """``hermitian_function(A)`` (``funm``'s eigenbasis rule) for symmetric (Hermitian) ``A``, else
-    the generated general-matrix function ``general`` -- also for every ``A`` under ``vmap``, where
-    values cannot be tested (the general function is right for every ``A``).  Under
-    ``torch.compile`` and on meta tensors ``A`` is taken as symmetric."""
+    """``f(A)`` of a general-matrix function: for Hermitian ``A`` (eager, values checked) from
+    ``eigh`` with the rules of ``derivations/funm.py`` along unstructured tangents (the general
+    function's derivative at a Hermitian point: ``Derivation.general_directions``, audited against
+    the general function), else the generated general-matrix function ``general``.  Where values
+    cannot be read (under ``vmap``, ``torch.compile``, on meta or fake tensors) the general function
+    runs: it is right for every ``A``."""
     import importlib
 
     checks.tensor(A, "A")
     checks.floating(A, "A", complex_ok=True)
     checks.matrix(A, "A", square=True)
-    batched = checks.is_traced(A) and not (A.is_meta or checks.is_compiling_or_fake(A))
-    hermitian = not batched
+    hermitian = not checks.is_traced(A)
     if hermitian:
         try:
             checks.symmetric(A, "A")
@@ -833,6 +835,11 @@ def _symmetric_or_general(A, hermitian_function, general: str):
         module = importlib.import_module(f"{__package__}.generated.torch.{general}")
         return getattr(module, general)(A)
     return hermitian_function(A)
+
+
+def _general_directions(name: str):
+    """``funm``'s ``name`` with the derivatives of the general-matrix function (unstructured directions)."""
+    return lambda A: _spectral.apply(_funm.SPECTRAL[name], A, general=True)
 
 
 def powm(A: torch.Tensor, p: float) -> torch.Tensor:

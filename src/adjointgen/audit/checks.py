@@ -11,7 +11,9 @@ expressions involved); this module owns *how*: :func:`numeric` evaluates it on o
 - ``dot_product``: ``<g_in, d_in> = Σ <g_out, d_out>`` (the VJP is the JVP's adjoint);
 - ``adjoint``: a projection is self-adjoint, ``<G, P(X)> = <P(G), X>``, on random matrices;
 - ``gauge``: ``<R, Θ> = Σ <g_out, d_out(Θ)>`` for the gauge residual ``R``;
-- ``second_order``: the second-order rule against a central difference of the derived VJP.
+- ``second_order``: the second-order rule against a central difference of the derived VJP;
+- ``directions``: the JVP along an unstructured tangent of a symmetric input against central
+  differences of the sampler's general forward (``Derivation.general_directions``).
 
 ``real_only`` checks report zero on complex instances (a complex rule's real specialisation), and
 ``square`` checks on the instances where the outputs they name are not square (a rule specialised to
@@ -138,14 +140,31 @@ def _forward(spec, ctx):
     return identity_residual(spec, ctx, forward_outputs(spec, out, np)), 1.0
 
 
-def _dot_product(spec, ctx, name, gexpr):
+def unstructured_tangent(ctx, name):
+    """A random tangent of the input ``name`` without its declared structure (not symmetric), the
+    same for every run: seeded by the input's name and the instance's tangent."""
+    import zlib
+
+    like = np.asarray(ctx.env["d" + name])
+    seed = zlib.crc32(name.encode()) ^ zlib.crc32(np.ascontiguousarray(like).tobytes())
+    rng = np.random.default_rng(seed)
+    E = rng.standard_normal(like.shape)
+    if np.iscomplexobj(like):
+        E = E + 1j * rng.standard_normal(like.shape)
+    return E
+
+
+def _dot_product(spec, ctx, name, gexpr, tangent=None):
     env = dict(ctx.env)
     env.update(ctx.cotangents)
+    if tangent == "unstructured":
+        env["d" + name] = unstructured_tangent(ctx, name)
     g_in = evaluate(gexpr, env, ctx.dims)
-    lhs = float(np.real(np.vdot(g_in, ctx.env["d" + name])))  # <X, Y> = Re tr(X^H Y)
+    lhs = float(np.real(np.vdot(g_in, env["d" + name])))  # <X, Y> = Re tr(X^H Y)
     rhs = 0.0
     parts = [abs(lhs)]
     only = dict(ctx.env)  # the JVP along this input's tangent alone
+    only["d" + name] = env["d" + name]
     for other in spec.inputs:
         if other.name != name:
             only["d" + other.name] = np.zeros_like(ctx.env["d" + other.name])
@@ -239,6 +258,32 @@ def _second_order(spec, ctx):
     return float(np.linalg.norm(formula - fd)), max(float(np.linalg.norm(fd)), 1e-300)
 
 
+def _directions(spec, ctx, name):
+    """The JVP along an unstructured tangent of the symmetric input ``name`` against Richardson
+    central differences of the sampler's general forward (``"general"``)."""
+    from .runner import fd_tangents
+
+    general = ctx.env.get("general")
+    if not callable(general):
+        raise DerivationError("general_directions: the sampler must return 'general', a NumPy forward of the general "
+                              "function (inputs by name -> outputs by name)")
+    E = unstructured_tangent(ctx, name)
+    inputs = {s.name: ctx.env[s.name] for s in spec.inputs}
+    _, fd = fd_tangents(general, inputs, {name: E})
+    only = dict(ctx.env)
+    for other in spec.inputs:
+        only["d" + other.name] = E if other.name == name else np.zeros_like(ctx.env["d" + other.name])
+    worst, scale = 0.0, np.finfo(float).tiny
+    for out in spec.rule_outputs:
+        if out.name not in fd:
+            continue
+        t = spec.tangents[out.name].name
+        got = evaluate(spec.jvp.raw[t], only, ctx.dims)
+        worst = max(worst, _frob(got - fd[out.name]))
+        scale = max(scale, _frob(fd[out.name]))
+    return worst, scale
+
+
 def _is_complex_env(env) -> bool:
     return any(isinstance(v, np.ndarray) and np.iscomplexobj(v) for v in env.values())
 
@@ -250,4 +295,5 @@ _KINDS = {
     "adjoint": _adjoint,
     "gauge": _gauge,
     "second_order": _second_order,
+    "directions": _directions,
 }

@@ -208,6 +208,9 @@ class Variant:
     vjp: Rule
     real_jvp: Rule | None = None
     real_vjp: Rule | None = None
+    #: symmetric inputs whose tangents are unstructured in these rules (:meth:`Derivation.general_directions`):
+    #: the rules of the general-matrix function at a symmetric point, chosen by the caller, not by shape
+    directions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,8 @@ class Derivation:
         self.real_vjp: Rule | None = None
         #: the rules specialised to square orthonormal outputs (:meth:`square_variants`)
         self.variants: list[Variant] = []
+        #: input name -> its cotangent before the projection onto symmetric matrices (``derive_vjp``)
+        self.unprojected_vjp: dict[str, sp.MatrixExpr] = {}
         self.dims: list[sp.Symbol] = []
         self.inputs: list[MatrixSymbol] = []
         self.outputs: list[MatrixSymbol] = []
@@ -1751,6 +1756,52 @@ class Derivation:
         real_vjp = self._specialize("VJP", vjp_raw, dict(self.vjp.sources), names) if self.real_vjp is not None else None
         self.variants.append(Variant("square_" + "_".join(names), names, rules[0], rules[1], real_jvp, real_vjp))
 
+    def general_directions(self, *inputs: MatrixSymbol, label: str | None = None):
+        """Also give the rules of the general-matrix function this one restricts: at a symmetric
+        (Hermitian) value of these inputs, along tangents that are not symmetric.
+
+        ``exp``, ``log`` and ``sqrt`` of a Hermitian matrix are the restrictions of functions of
+        every square matrix; their derivative at a Hermitian point is wanted along every direction
+        (a Lie-group parametrisation starts at ``A = 0`` or ``I``).  The JVP derived here with
+        symmetric tangents is checked against the general function along unstructured ones, on
+        every audit instance: the sampler returns ``"general"``, a NumPy forward of the general
+        function taking the inputs by name and returning the outputs by name.  The VJP along
+        unstructured tangents is the transposed JVP without the projection onto symmetric matrices
+        (``derive_vjp``'s ``transpose`` step).  The generated code emits both as the variant
+        ``general`` (``<op>_vjp_general``), which the caller picks for a general-matrix function's
+        Hermitian route.
+
+        Records: a ``directions`` step per input (numeric: the JVP along a random unstructured
+        tangent against central differences of the general forward; symbolic: none -- the
+        derivation's steps assumed symmetric tangents, so only the general function can say) and a
+        ``transpose`` step per input (the dot-product identity along unstructured tangents)."""
+        names = tuple(X.name for X in inputs)
+        label = label or f"the rules along unstructured tangents of {_and(names)}"
+        if self.vjp is None:
+            self._fail(label, "derive_vjp must come first")
+        if not inputs:
+            self._fail(label, "name the symmetric inputs whose tangents are unstructured")
+        for X in inputs:
+            if not isinstance(X, MatrixSymbol) or X not in self.inputs or X.name not in self.symmetric_inputs:
+                self._fail(label, f"{X} is not an input declared symmetric=True")
+        for X in inputs:
+            self._record("directions", f"the JVP along an unstructured d{X.name} is the general function's "
+                         f"derivative at symmetric {X.name}", None, check=Check("directions", (X.name,)),
+                         note="against central differences of the sampler's general forward")
+        raw, sources = dict(self.vjp.raw), dict(self.vjp.sources)
+        for X in inputs:
+            total = self.unprojected_vjp[X.name]
+            raw["g" + X.name] = total
+            self._record("transpose", f"VJP g{X.name} along unstructured d{X.name} (not projected): {total}",
+                         Equation(MatrixSymbol("g" + X.name, *X.shape), total),
+                         check=Check("dot_product", (X.name, total, "unstructured")),
+                         symbolic=_dot_product_symbolic(self, X.name, total),
+                         note="<g_in, d_in> = sum <g_out, d_out> for unstructured tangents")
+        code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
+        vjp = Rule(raw, code, sources)
+        real_vjp = self._specialize("VJP", raw, sources) if self.real_vjp is not None else None
+        self.variants.append(Variant("general", (), self.jvp, vjp, self.real_jvp, real_vjp, directions=names))
+
     def tangents_by_name(self, name):
         for t in self.tangents.values():
             if t.name == name:
@@ -1793,6 +1844,7 @@ class Derivation:
                          symbolic=_dot_product_symbolic(self, s.name, total),
                          note="<g_in, d_in> = sum <g_out, d_out> for random tangents and cotangents")
             transposed = self.steps[-1]
+            self.unprojected_vjp[s.name] = unprojected
             if s.name in self.symmetric_inputs:
                 total = self._norm(Sym(total))
                 self._record("project", f"g{s.name} projected onto symmetric matrices: {total}",

@@ -402,6 +402,9 @@ class VariantIR:
     jvp_complex: RuleIR | None = None
     vjp_complex: RuleIR | None = None
     vjp_complex_checked: RuleIR | None = None
+    #: symmetric inputs whose tangents are unstructured in these rules (the general-matrix
+    #: function's rules at a symmetric point, ``Derivation.general_directions``): chosen by the caller
+    directions: tuple[str, ...] = ()
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:
@@ -457,8 +460,13 @@ class OperationIR:
     pairwise_params: tuple[tuple[str, str], ...] = ()
     #: a spectral function's second-order rule exists (:meth:`Derivation.second_order`)
     second_order: bool = False
-    #: the rules specialised to square orthonormal outputs
+    #: the rules specialised to square orthonormal outputs, and to unstructured tangents
     variants: tuple[VariantIR, ...] = ()
+
+    @property
+    def general_directions(self) -> "VariantIR | None":
+        """The variant along unstructured tangents of the symmetric inputs, if declared."""
+        return next((v for v in self.variants if v.directions), None)
 
     @property
     def complex(self) -> bool:

@@ -653,7 +653,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             return None if r is None else dataclasses.replace(r, square=v.square)
 
         variants.append(VariantIR(
-            name=v.name, square=tuple(api[n] for n in v.square),
+            name=v.name, square=tuple(api[n] for n in v.square), directions=tuple(api[n] for n in v.directions),
             jvp=square(rule("jvp", v_jvp.rewritten, jvp_params, jvp_out, v_jvp.raw, complex_only, sfx)),
             vjp=square(rule("vjp", v_vjp.rewritten, vjp_params, vjp_out, v_vjp.raw, complex_only, sfx)),
             jvp_complex=square(rule("jvp", v.jvp.rewritten, jvp_params, jvp_out, v.jvp.raw, True, "_complex" + sfx)

@@ -64,6 +64,9 @@ class Variant:
     jvp_complex: Call | None = None
     vjp_complex: Call | None = None
     vjp_complex_checked: Call | None = None
+    #: symmetric inputs whose tangents are unstructured in these rules (a general-matrix function's
+    #: rules at a symmetric point): picked by :meth:`Rules.for_directions`, never by shape
+    directions: tuple[str, ...] = ()
 
 
 _VARIANT_CALLS = ("jvp", "vjp", "vjp_checked", "jvp_complex", "vjp_complex", "vjp_complex_checked")
@@ -104,9 +107,22 @@ class Rules:
         all square there (the shapes are static under tracing), else these."""
         best = None
         for v in self.variants:
+            if v.directions:
+                continue
             if all(_square(env.get(name)) for name in v.square) and (best is None or len(v.square) > len(best.square)):
                 best = v
         if best is None:
             return self
-        return dataclasses.replace(self, variants=(), **{f: getattr(best, f) for f in _VARIANT_CALLS
-                                                          if getattr(best, f) is not None})
+        return self._with(best)
+
+    def for_directions(self) -> "Rules":
+        """The rules along unstructured tangents of the symmetric inputs (the general-matrix
+        function's at a symmetric point); a ``LookupError`` where the derivation declares none."""
+        best = next((v for v in self.variants if v.directions), None)
+        if best is None:
+            raise LookupError(f"{self.op}: no rules along unstructured tangents (Derivation.general_directions)")
+        return self._with(best)
+
+    def _with(self, v: Variant) -> "Rules":
+        return dataclasses.replace(self, variants=(), **{f: getattr(v, f) for f in _VARIANT_CALLS
+                                                         if getattr(v, f) is not None})

@@ -44,12 +44,16 @@ class Spectral:
         program: ``f`` as a :class:`~adjointgen.runtime.divided.ScalarProgram` (its options are the
             public function's, ``("p",)`` for ``x**p``).
         frechet: the derivation's rule ``(w, V, G, L) -> V (L ∘ (V^H sym(G) V)) V^H``.
+        frechet_general: the derivation's rule along unstructured tangents,
+            ``(w, V, G, L) -> V (L ∘ (V^H G V)) V^H`` (``Derivation.general_directions``): the
+            derivative at Hermitian ``A`` of the general-matrix function ``f`` restricts (``None``:
+            the derivation declares none).
         domain: optional extra condition on the eigenvalues stated by the user, a
             :class:`~adjointgen.runtime.divided.ScalarProgram` of a boolean (``None``: none).
     """
 
-    def __init__(self, name, program, *, frechet, domain=None, domain_text=None):
-        self.name, self.program, self.frechet = name, program, frechet
+    def __init__(self, name, program, *, frechet, frechet_general=None, domain=None, domain_text=None):
+        self.name, self.program, self.frechet, self.frechet_general = name, program, frechet, frechet_general
         self.expr = program.text
         self.options = tuple(program.options)
         self.domain, self.domain_text = domain, domain_text
@@ -93,15 +97,17 @@ class Spectral:
         exact = (lambda: _is_diagonal(A)) if A is not None else None
         _divided.check_domain(self.program, w, opts, order=order, name=self.name, tol=_rounding(w), exact=exact)
 
-    def apply_rule(self, w, V, G, L):
-        """The derived rule ``V (L ∘ (V^H sym(G) V)) V^H``; where ``L`` has infinite entries (``f`` or
-        its divided difference overflows) they reach only the entries they touch: the rule on the
-        finite part, and on the magnitudes of ``V``, ``G`` for where an infinity arrives (no
-        ``inf * 0`` turns into NaN)."""
+    def apply_rule(self, w, V, G, L, general=False):
+        """The derived rule ``V (L ∘ (V^H sym(G) V)) V^H`` (``general``: along unstructured ``G``,
+        ``V (L ∘ (V^H G V)) V^H``); where ``L`` has infinite entries (``f`` or its divided
+        difference overflows) they reach only the entries they touch: the rule on the finite part,
+        and on the magnitudes of ``V``, ``G`` for where an infinity arrives (no ``inf * 0`` turns
+        into NaN)."""
         G = G.to(V.dtype) if V.is_complex() and not G.is_complex() else G
+        rule = self.frechet_general if general else self.frechet
         finite = torch.isfinite(L)
         if _checks.is_traced(L) or bool(finite.all()):
-            return self.frechet(w, V, G, L)
+            return rule(w, V, G, L)
         if bool(torch.isnan(L).any()):
             i, j = (int(t) for t in torch.nonzero(torch.isnan(L).reshape(-1, *L.shape[-2:]).any(0))[0])
             wf = w.reshape(-1, w.shape[-1])
@@ -109,10 +115,10 @@ class Spectral:
                              f"{float(wf[0, i]):.6g} and {float(wf[0, j]):.6g} is not a number (an intermediate of "
                              "f overflows); the derivative cannot be evaluated there")
         zero = torch.zeros((), dtype=L.dtype)
-        K = self.frechet(w, V, G, torch.where(finite, L, zero))
+        K = rule(w, V, G, torch.where(finite, L, zero))
         absV, absG = V.abs(), G.abs()
-        reach = self.frechet(w, absV, absG, (~finite).to(absV.dtype))
-        direction = self.frechet(w, V, G, torch.where(finite, zero, L.sign()))
+        reach = rule(w, absV, absG, (~finite).to(absV.dtype))
+        direction = rule(w, V, G, torch.where(finite, zero, L.sign()))
         real = direction.real if direction.is_complex() else direction
         inf = torch.full((), math.inf, dtype=real.dtype)
         out = torch.where(reach > 0, (inf * real.sign()).to(K.dtype), K)
@@ -189,13 +195,24 @@ def _sym(X):
 
 
 class _Bound:
-    """A :class:`Spectral` with its option values: one opaque argument of the autograd functions
-    (a tuple would be flattened by the ``torch.func`` transforms, which then miscount tangents)."""
+    """A :class:`Spectral` with its option values and the directions of its derivatives (``general``:
+    unstructured, the general-matrix function's; else Hermitian): one opaque argument of the
+    autograd functions (a tuple would be flattened by the ``torch.func`` transforms, which then
+    miscount tangents)."""
 
-    __slots__ = ("spec", "opts")
+    __slots__ = ("spec", "opts", "general")
 
-    def __init__(self, spec, opts):
-        self.spec, self.opts = spec, tuple(opts)
+    def __init__(self, spec, opts, general=False):
+        self.spec, self.opts, self.general = spec, tuple(opts), bool(general)
+
+    def part(self, X):
+        """What the rules see of a direction ``X``: all of it (general), its Hermitian part otherwise."""
+        return X if self.general else _sym(X)
+
+    def adjoint(self, X):
+        """The direction paired with ``X`` in the adjoint of the second-order rule:
+        ``<K, D²f[G, H]> = <D²f[G^H, K], H>``."""
+        return X.mH if self.general else X
 
 
 def _to_front(x, dim, size):
@@ -230,7 +247,7 @@ class _Funm(torch.autograd.Function):
             return None, None
         if not torch.is_grad_enabled() and not _checks.is_traced(gX):  # no higher derivatives: the rule
             spec, opts = ctx.bound.spec, ctx.bound.opts
-            return spec.apply_rule(w, V, gX, spec.checked_L(w, opts, A)), None
+            return spec.apply_rule(w, V, gX, spec.checked_L(w, opts, A), ctx.bound.general), None
         return _Frechet.apply(A, gX, w, V, ctx.bound), None
 
     @staticmethod
@@ -246,13 +263,14 @@ class _Funm(torch.autograd.Function):
 
 
 class _Frechet(torch.autograd.Function):
-    """``K = Df(A)[sym(G)] = V (L ∘ (V^H sym(G) V)) V^H`` (the derived rule); its derivatives are the
-    second-order rule: ``dK = Df(A)[sym(dG)] + D²f(A)[sym(G), dA]``."""
+    """``K = Df(A)[sym(G)] = V (L ∘ (V^H sym(G) V)) V^H`` (the derived rule; along unstructured ``G``
+    for a general-matrix function); its derivatives are the second-order rule:
+    ``dK = Df(A)[sym(dG)] + D²f(A)[sym(G), dA]``."""
 
     @staticmethod
     def forward(A, G, w, V, bound):
         spec, opts = bound.spec, bound.opts
-        return spec.apply_rule(w, V, G, spec.checked_L(w, opts, A))
+        return spec.apply_rule(w, V, G, spec.checked_L(w, opts, A), bound.general)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -263,7 +281,7 @@ class _Frechet(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gK):
         A, G, w, V = ctx.saved_tensors
-        gA = _Second.apply(A, G, gK, w, V, ctx.bound) if ctx.needs_input_grad[0] else None
+        gA = _Second.apply(A, ctx.bound.adjoint(G), gK, w, V, ctx.bound) if ctx.needs_input_grad[0] else None
         gG = _Frechet.apply(A, gK, w, V, ctx.bound) if ctx.needs_input_grad[1] else None
         return gA, gG, None, None, None
 
@@ -287,15 +305,15 @@ class _Frechet(torch.autograd.Function):
 
 
 class _Second(torch.autograd.Function):
-    """``D²f(A)[sym(G), sym(H)]``: linear in ``G`` and ``H``; its derivative in ``A`` (a third
-    derivative) is not implemented."""
+    """``D²f(A)[sym(G), sym(H)]`` (unstructured ``G``, ``H`` for a general-matrix function): linear
+    in ``G`` and ``H``; its derivative in ``A`` (a third derivative) is not implemented."""
 
     @staticmethod
     def forward(A, G, H, w, V, bound):
         spec, opts = bound.spec, bound.opts
         spec.check_smooth(w, opts, order=2, A=A)
         dtype = V.dtype
-        return second_order(V, w, _sym(G.to(dtype)), _sym(H.to(dtype)), spec.dd2, opts)
+        return second_order(V, w, bound.part(G.to(dtype)), bound.part(H.to(dtype)), spec.dd2, opts)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -308,8 +326,9 @@ class _Second(torch.autograd.Function):
         A, G, H, w, V = ctx.saved_tensors
         if ctx.needs_input_grad[0]:
             raise NotImplementedError(f"{ctx.bound.spec.name}: third derivatives are not implemented")
-        gG = _Second.apply(A, gS, H, w, V, ctx.bound) if ctx.needs_input_grad[1] else None
-        gH = _Second.apply(A, G, gS, w, V, ctx.bound) if ctx.needs_input_grad[2] else None
+        b = ctx.bound
+        gG = _Second.apply(A, gS, b.adjoint(H), w, V, b) if ctx.needs_input_grad[1] else None
+        gH = _Second.apply(A, b.adjoint(G), gS, w, V, b) if ctx.needs_input_grad[2] else None
         return None, gG, gH, None, None, None
 
     @staticmethod
@@ -333,10 +352,17 @@ class _Second(torch.autograd.Function):
         return _Second.apply(*args, bound), 0
 
 
-def apply(spec: Spectral, A, *opts):
+def apply(spec: Spectral, A, *opts, general: bool = False):
     """``spec``'s ``f(A)`` for Hermitian ``A`` (checked), differentiable to second order.  Options
     (``p`` of ``x**p``) are real numbers; integer values take the integer semantics (any sign of the
-    eigenvalues) without any symbolic expansion."""
+    eigenvalues) without any symbolic expansion.
+
+    ``general``: ``f`` is the restriction of a general-matrix function (``exp``, ``log``, ``sqrt``
+    of any square matrix) whose derivatives are wanted along every direction, not only Hermitian
+    ones: the derivation's rules along unstructured tangents (``spec.frechet_general``)."""
+    if general and spec.frechet_general is None:
+        raise ValueError(f"{spec.name}: its derivation declares no rules along unstructured tangents "
+                         "(Derivation.general_directions)")
     _checks.matrix_input(A, "A", square=True, symmetric=True, positive_definite=False, complex_ok=True)
     if len(opts) != len(spec.options):
         raise TypeError(f"{spec.name}: expected the options {', '.join(spec.options) or 'none'}, got {len(opts)} value(s)")
@@ -345,4 +371,4 @@ def apply(spec: Spectral, A, *opts):
             raise TypeError(f"{spec.name}: {name} must be a real number (int or float), not {type(value).__name__}")
         if not math.isfinite(value):
             raise ValueError(f"{spec.name}: {name} must be finite, not {value}")
-    return _function.apply(_Funm, A, _Bound(spec, tuple(float(o) for o in opts)))[0]
+    return _function.apply(_Funm, A, _Bound(spec, tuple(float(o) for o in opts), general))[0]
