@@ -63,8 +63,15 @@ class SvdFullFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(A):
+        from ..runtime.degeneracy import generic_basis
+
         U, S, Vh = torch.linalg.svd(A, full_matrices=True)
-        return U, S, Vh
+        # the thin factors at a generic basis of every cluster, as the thin SVD's forward
+        # (runtime.forward.svd): at LAPACK's basis, with its exact zeros, the backward's cluster check
+        # cannot see a loss that depends on the basis; the extra columns span the same complement
+        k = S.shape[-1]
+        U1, V1 = generic_basis(S, U[..., :k], Vh[..., :k, :].mH)
+        return torch.cat([U1, U[..., k:]], dim=-1), S, torch.cat([V1.mH, Vh[..., k:, :]], dim=-2)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
