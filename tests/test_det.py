@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import adjointgen
 import adjointgen.torch as agt
 
 
@@ -62,11 +61,37 @@ def test_the_gradient_at_singular_matrices_is_the_cofactor_matrix(n):
         assert g.abs().max() > 1
 
 
-def test_complex_singular_first_order_right_second_order_raises():
-    A = _rank_deficient(4, 3, torch.complex128, seed=3).requires_grad_()
-    assert torch.autograd.gradcheck(agt.det, (A,), check_forward_ad=True)
-    with pytest.raises(adjointgen.SingularMatrixError, match="second derivative"):
-        torch.autograd.gradgradcheck(agt.det, (A,))
+def test_complex_singular_first_and_second_order():
+    for rank in (3, 2, 1, 0):
+        A = _rank_deficient(4, rank, torch.complex128, seed=3).requires_grad_()
+        assert torch.autograd.gradcheck(agt.det, (A,), check_forward_ad=True)
+        assert torch.autograd.gradgradcheck(agt.det, (A,))
+
+
+def _exact_hessian(A):
+    """The Hessian of det at A from SymPy's determinant of a symbolic matrix (independent of torch)."""
+    import sympy as sp
+
+    n = A.shape[-1]
+    symbols = sp.symbols(f"a0:{n * n}")
+    H = sp.hessian(sp.Matrix(n, n, symbols).det(), symbols)
+    at = dict(zip(symbols, A.reshape(-1).tolist()))
+    return torch.tensor([[float(H[i, j].subs(at)) for j in range(n * n)] for i in range(n * n)], dtype=A.dtype)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_hessians_at_every_rank_are_the_polynomial_s(n):
+    # det is a polynomial: its Hessian exists at the zero matrix and every rank (it was NaN below n - 1)
+    for rank in range(n + 1):
+        A = _rank_deficient(n, rank, torch.float64, seed=10 * n + rank) if rank else torch.zeros(n, n, dtype=torch.float64)
+        want = _exact_hessian(A)
+        for H in (torch.autograd.functional.hessian(agt.det, A), torch.func.hessian(agt.det)(A),
+                  torch.func.jacrev(torch.func.jacrev(agt.det))(A)):
+            torch.testing.assert_close(H.reshape(n * n, n * n), want, rtol=1e-9, atol=1e-12)
+    if n == 2:  # d^2 det = 2 (a d - b c)'s Hessian: the exchange matrix with signs
+        want = torch.tensor([[0, 0, 0, 1], [0, 0, -1, 0], [0, -1, 0, 0], [1, 0, 0, 0]], dtype=torch.float64)
+        torch.testing.assert_close(torch.func.hessian(agt.det)(torch.zeros(2, 2, dtype=torch.float64)).reshape(4, 4),
+                                   want)
 
 
 def test_every_torch_func_transform_agrees_with_torch():
@@ -126,3 +151,8 @@ def test_the_numpy_and_jax_functions():
     np.testing.assert_allclose(jax.grad(agj.det)(B), jax.grad(jnp.linalg.det)(B), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(jax.grad(agj.det)(jnp.asarray(A.numpy())), _cofactors(A).numpy(), rtol=1e-9, atol=1e-12)
     check_grads(agj.det, (B,), order=2, modes=("fwd", "rev"))
+    for n in (2, 3):  # Hessians at the zero matrix and at rank 1 (NaN before)
+        for rank in (0, 1):
+            A = _rank_deficient(n, rank, torch.float64, seed=n + rank) if rank else torch.zeros(n, n, dtype=torch.float64)
+            H = jax.hessian(agj.det)(jnp.asarray(A.numpy()))
+            np.testing.assert_allclose(np.asarray(H).reshape(n * n, n * n), _exact_hessian(A).numpy(), atol=1e-10)

@@ -258,20 +258,59 @@ def lu(A):
 
 
 def adjugate(xp, A):
-    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, from the SVD
-    ``A = U S V^H``: ``det(U) det(V^H) V diag(prod_{j != i} s_j) U^H`` (no branch on values, so it
-    traces; exact and differentiable at rank ``n - 1``)."""
+    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, from the SVD ``A = U S V^H``:
+    ``c V diag(prod_{j != i} s_j) U^H`` with ``c = det(U) det(V^H)`` (no branch on values, so it
+    traces), and its derivative from the same factors, ``d adj(A)[E] = c V M(U^H E V) U^H`` with
+    ``M(X)_ii = sum_{k != i} P_ik X_kk``, ``M(X)_ij = -P_ij X_ij``, ``P_ij = prod_{l not in {i, j}} s_l``:
+    exact at every rank (``adj`` is a polynomial; no derivative of the SVD enters), so second
+    derivatives of ``det`` are right at singular ``A`` (see
+    :func:`adjointgen.runtime.linalg.adjugate`)."""
     n = A.shape[-1]
     if n <= 1:
         return xp.ones_like(A) if n == 1 else A
-    U, S, Vh = xp.linalg.svd(A)
-    ones = xp.ones_like(S[..., :1])
-    before = xp.cumprod(xp.concatenate([ones, S[..., :-1]], -1), -1)
-    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(S, -1)[..., :-1]], -1), -1), -1)
-    phase = xp.linalg.det(U) * xp.linalg.det(Vh)
-    V = xp.conj(xp.swapaxes(Vh, -1, -2))
-    return phase[..., None, None] * xp.matmul(V * (before * after).astype(A.dtype)[..., None, :],
-                                              xp.conj(xp.swapaxes(U, -1, -2)))
+    return _adjugate(A)
+
+
+def _adjugate_factors(A):
+    U, S, Vh = jnp.linalg.svd(A)
+    c = (jnp.linalg.det(U) * jnp.linalg.det(Vh))[..., None, None]
+    return c, jnp.conj(jnp.swapaxes(Vh, -1, -2)), S, U
+
+
+def _products_but(S, pair: bool):
+    """``prod_{l != i} s_l``, or with ``pair`` the matrix ``prod_{l not in {i, j}} s_l``: no division
+    (the count of zeros decides where a product is zero, logarithms of the others give it)."""
+    zero = S == 0
+    logs = jnp.where(zero, 0.0, jnp.log(jnp.where(zero, 1.0, S)))
+    total, zeros = logs.sum(-1, keepdims=True), zero.sum(-1, keepdims=True)
+    if not pair:
+        return jnp.where(zeros - zero > 0, 0.0, jnp.exp(total - logs))
+    left = zeros[..., None] - zero[..., :, None] - zero[..., None, :]
+    return jnp.where(left > 0, 0.0, jnp.exp(total[..., None] - logs[..., :, None] - logs[..., None, :]))
+
+
+@jax.custom_jvp
+def _adjugate(A):
+    c, V, S, U = _adjugate_factors(A)
+    return c * jnp.matmul(V * _products_but(S, False).astype(A.dtype)[..., None, :], jnp.conj(jnp.swapaxes(U, -1, -2)))
+
+
+@_adjugate.defjvp
+def _adjugate_jvp(primals, tangents):
+    A, = primals
+    E, = tangents
+    c, V, S, U = _adjugate_factors(A)
+    Uh = jnp.conj(jnp.swapaxes(U, -1, -2))
+    X = Uh @ E.astype(A.dtype) @ V
+    n = S.shape[-1]
+    P = jnp.where(jnp.eye(n, dtype=bool), 0.0, _products_but(S, True)).astype(A.dtype)
+    M = _diag_embed(jnp.sum(P * jnp.diagonal(X, axis1=-2, axis2=-1)[..., None, :], -1)) - P * X
+    out = c * jnp.matmul(V * _products_but(S, False).astype(A.dtype)[..., None, :], Uh)
+    return out, c * (V @ M @ Uh)
+
+
+def _diag_embed(x):
+    return x[..., :, None] * jnp.eye(x.shape[-1], dtype=x.dtype)
 
 
 def eig(A):
@@ -290,19 +329,50 @@ def matrix_exp(A):
     return jsl.expm(A)
 
 
-def expm_frechet(xp, A, E):
-    """``L_exp[A](E)`` (batched): ``jax.scipy.linalg.expm_frechet``, whose scaling is chosen from
-    ``A`` alone, so JAX can transpose it in ``E`` (the block exponential's cannot: its norm test reads
-    ``E``); JAX differentiates it to any order."""
-    import jax.scipy.linalg as jsl
+#: Padé [13/13] coefficients of exp (Higham, SIAM J. Matrix Anal. Appl. 26 (2005), Table 2.3)
+_PADE13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800., 129060195264000.,
+           10559470521600., 670442572800., 33522128640., 1323241920., 40840800., 960960., 16380., 182., 1.)
+#: the 1-norm up to which Padé [13/13] is accurate to double precision (Higham 2005)
+_THETA13 = 5.371920351148152
+#: scaling steps unrolled (norms up to 2^32 theta13; beyond, exp overflows double precision anyway)
+_MAX_SQUARINGS = 32
 
+
+def _expm_selected(A):
+    """``exp(A)`` (batched) by scaling and squaring with Padé [13/13], every squaring a ``select``
+    on the number of steps chosen from ``A``'s norm, never a ``lax.cond``: so its derivative in ``A``
+    is linear in the tangent in a form JAX can transpose also where ``A`` is batched (a batched
+    ``cond`` becomes a ``select`` with a ``stop_gradient`` on its operands, which has no transpose:
+    ``jax.scipy.linalg.expm``'s derivative then fails under ``hessian`` and ``vmap(jvp)``)."""
+    norm = jnp.max(jnp.sum(jnp.abs(A), axis=-2), axis=-1)
+    steps = lax.stop_gradient(jnp.clip(jnp.ceil(jnp.log2(norm / _THETA13)), 0, _MAX_SQUARINGS))
+    X = A / (2.0 ** steps).astype(A.dtype)[..., None, None]
+    b = _PADE13
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    mm = functools.partial(jnp.matmul, precision=lax.Precision.HIGHEST)
+    X2 = mm(X, X)
+    X4 = mm(X2, X2)
+    X6 = mm(X4, X2)
+    U = mm(X, mm(X6, b[13] * X6 + b[11] * X4 + b[9] * X2) + b[7] * X6 + b[5] * X4 + b[3] * X2 + b[1] * eye)
+    V = mm(X6, b[12] * X6 + b[10] * X4 + b[8] * X2) + b[6] * X6 + b[4] * X4 + b[2] * X2 + b[0] * eye
+    R = jnp.linalg.solve(V - U, V + U)
+
+    def square(R, k):
+        return jnp.where((k < steps)[..., None, None], mm(R, R), R), None
+
+    R, _ = lax.scan(square, R, jnp.arange(_MAX_SQUARINGS, dtype=steps.dtype))
+    return R
+
+
+def expm_frechet(xp, A, E):
+    """``L_exp[A](E)`` (batched): the derivative of :func:`_expm_selected` along ``E``, whose scaling
+    is chosen from ``A`` alone and whose squarings are selects, so JAX can transpose it in ``E`` and
+    differentiate it in ``A`` to any order, batched or not (the block exponential's scaling reads
+    ``E``)."""
     batch = jnp.broadcast_shapes(A.shape[:-2], E.shape[:-2])
     dtype = jnp.result_type(A, E)
     A, E = (jnp.broadcast_to(x, batch + x.shape[-2:]).astype(dtype) for x in (A, E))
-    frechet = functools.partial(jsl.expm_frechet, compute_expm=False)
-    for _ in batch:
-        frechet = jax.vmap(frechet)
-    return frechet(A, E)
+    return jax.jvp(_expm_selected, (A,), (E,))[1]
 
 
 def expm_frechet_solve(xp, X, C):
@@ -314,7 +384,6 @@ def expm_frechet_solve(xp, X, C):
     dtype = jnp.result_type(X, C)
     X, C = (jnp.broadcast_to(x, batch + x.shape[-2:]).astype(dtype) for x in (X, C))
     n = X.shape[-1]
-    X0 = lax.stop_gradient(X)
 
     def dense_solve(M, R):
         operator = jax.vmap(lambda e: expm_frechet(xp, M, e.reshape(n, n)).reshape(-1))(jnp.eye(n * n, dtype=dtype))
@@ -327,8 +396,10 @@ def expm_frechet_solve(xp, X, C):
         return f(M, R)
 
     return lax.custom_linear_solve(lambda Y: expm_frechet(xp, X, Y), C,
-                                   solve=lambda _, R: solve(X0, R),
-                                   transpose_solve=lambda _, R: solve(jnp.swapaxes(X0, -1, -2), R))
+                                   # X as a constant of the solves: custom_linear_solve takes their derivatives
+                                   # from the map's (a stop_gradient here has no transpose: hessian failed)
+                                   solve=lambda _, R: solve(X, R),
+                                   transpose_solve=lambda _, R: solve(jnp.swapaxes(X, -1, -2), R))
 
 
 def logm_general(A):

@@ -172,17 +172,17 @@ def sylvester(A, B, C, hermitian: bool = True):
 
 def adjugate(A):
     """``adj(A)``, with ``A adj(A) = det(A) I``, for batches of square real or complex ``A``,
-    differentiable (torch operations only) and finite where ``A`` is singular.
+    differentiable to second order at every ``A``, singular ones included.
 
     Where every matrix of the batch is well conditioned (its LU pivots within ``sqrt(eps)`` of the
-    largest, read on the host) it is ``det(A) A^-1`` from one LU factorization; otherwise (and
-    under a compiler, which has no values to read) it is taken from the SVD ``A = U S V^H``:
-    ``adj(A) = det(U) det(V^H) V diag(prod_{j != i} s_j) U^H``, exact at rank ``n - 1`` and, for
-    real ``A``, differentiable there (distinct singular values).  For complex ``A`` the SVD's own
-    derivative divides by the smallest singular value (its phase term), so a derivative of this
-    value (a second derivative of ``det``) raises :class:`SingularMatrixError` instead of
-    returning a wrong number; at rank ``n - 2`` and below the value is exact (zero) but its
-    derivative is not defined by the SVD."""
+    largest, read on the host) it is ``det(A) A^-1`` from one LU factorization, differentiated by
+    torch to any order.  Otherwise (and under a compiler, which has no values to read) it comes from
+    the SVD ``A = U S V^H``: ``adj(A) = c V adj(S) U^H`` with ``c = det(U) det(V^H)`` and
+    ``adj(S) = diag(prod_{j != i} s_j)``, and its derivative from the same factors,
+    ``d adj(A)[E] = c V M(U^H E V) U^H`` (:func:`_adjugate_differential`), which is exact at every
+    rank: ``adj`` is a polynomial, and ``adj(U (S + X) V^H) = c V adj(S + X) U^H`` holds with the
+    factors held fixed, so no derivative of the SVD (which divides by gaps) enters.  A third
+    derivative on this path raises."""
     n = A.shape[-1]
     if n == 0:
         return A.clone()
@@ -201,22 +201,118 @@ def adjugate(A):
             det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
             eye = torch.eye(n, dtype=A.dtype, device=A.device).expand_as(A)
             return det[..., None, None] * torch.linalg.lu_solve(LU, pivots, eye)
-    U, S, Vh = torch.linalg.svd(A)
-    ones = torch.ones_like(S[..., :1])
-    before = torch.cumprod(torch.cat([ones, S[..., :-1]], -1), -1)  # prod_{j < i} s_j
-    after = torch.cumprod(torch.cat([ones, S.flip(-1)[..., :-1]], -1), -1).flip(-1)  # prod_{j > i} s_j
-    others = (before * after).to(A.dtype)
-    phase = torch.linalg.det(U) * torch.linalg.det(Vh)
-    adj = phase[..., None, None] * ((Vh.mH * others[..., None, :]) @ U.mH)
-    if A.is_complex() and torch.is_grad_enabled() and (A.requires_grad or _is_dual(A)):
-        from .checks import SingularMatrixError
-        from .function import no_further_derivative
+    return _Adjugate.apply(A)
 
-        return no_further_derivative(adj, SingularMatrixError,
-                                     "the derivative of adj(A) (a second derivative of det) at a singular or nearly "
-                                     "singular complex A is not supported: the SVD it is computed from divides by the "
-                                     "zero singular value")
-    return adj
+
+def _svd_factors(A):
+    """``(c, V, S, U)`` of ``A = U S V^H``, ``c = det(U) det(V^H)`` (``(..., 1, 1)``):
+    ``adj(A) = c V adj(S) U^H``."""
+    U, S, Vh = torch.linalg.svd(A)
+    phase = torch.linalg.det(U) * torch.linalg.det(Vh)
+    return phase[..., None, None], Vh.mH, S, U
+
+
+def _products_but(S, exclude_pair: bool):
+    """``prod_{l != i} s_l`` (``(..., n)``), or with ``exclude_pair`` the matrix
+    ``P_ij = prod_{l not in {i, j}} s_l`` (``(..., n, n)``, ``P_ii`` unused): no division, exact zeros
+    where two or more singular values are zero (the count of zeros decides; logarithms of the
+    others give the product)."""
+    zero = S == 0
+    logs = torch.where(zero, torch.zeros((), dtype=S.dtype, device=S.device), torch.log(torch.where(zero, 1, S)))
+    total, zeros = logs.sum(-1, keepdim=True), zero.sum(-1, keepdim=True)
+    if not exclude_pair:
+        left = zeros - zero.to(zeros.dtype)
+        return torch.where(left > 0, torch.zeros((), dtype=S.dtype, device=S.device), torch.exp(total - logs))
+    pair = logs[..., :, None] + logs[..., None, :]
+    left = zeros[..., None] - zero[..., :, None].to(zeros.dtype) - zero[..., None, :].to(zeros.dtype)
+    return torch.where(left > 0, torch.zeros((), dtype=S.dtype, device=S.device), torch.exp(total[..., None] - pair))
+
+
+def _adjugate_differential(S, X):
+    """``M(X) = d adj(S)[X]`` for diagonal ``S``: ``c V M(U^H E V) U^H`` is the derivative of ``adj``
+    at ``A = U S V^H`` along ``E`` -- and, as ``M`` is self-adjoint, the reverse-mode cotangent
+    ``U M(conj(c) V^H G U) V^H`` is the same map read the other way (see :func:`adjugate`).  ``M(X)_ii = sum_{k != i} P_ik X_kk``, ``M(X)_ij = -P_ij X_ij`` (``i != j``),
+    ``P_ij = prod_{l not in {i, j}} s_l``."""
+    P = _products_but(S, True).to(X.dtype)
+    n = S.shape[-1]
+    off = ~torch.eye(n, dtype=torch.bool, device=S.device)
+    P = torch.where(off, P, torch.zeros((), dtype=P.dtype, device=P.device))
+    diag = (P * torch.diagonal(X, dim1=-2, dim2=-1)[..., None, :]).sum(-1)
+    return torch.diag_embed(diag) - P * X
+
+
+class _Adjugate(torch.autograd.Function):
+    """``adj(A)`` from the SVD, its derivatives from the same factors (:func:`adjugate`)."""
+
+    @staticmethod
+    def forward(A):
+        c, V, S, U = _svd_factors(A)
+        return c * ((V * _products_but(S, False).to(A.dtype)[..., None, :]) @ U.mH)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, = inputs
+        ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
+
+    @staticmethod
+    def backward(ctx, G):
+        A, = ctx.saved_tensors
+        return _AdjugateDerivative.apply(A, G, True)
+
+    @staticmethod
+    @_nested_forward
+    def jvp(ctx, dA):
+        A, = ctx.saved_tensors
+        return _AdjugateDerivative.apply(A, dA, False)
+
+    @staticmethod
+    def vmap(info, in_dims, A):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(_Adjugate, info, in_dims, A)
+
+
+class _AdjugateDerivative(torch.autograd.Function):
+    """``d adj(A)[E]`` (``reverse``: the cotangent ``gA`` of ``G``), linear in the second argument;
+    its derivative in ``A`` (a third derivative of ``det``) raises."""
+
+    @staticmethod
+    def forward(A, E, reverse):
+        c, V, S, U = _svd_factors(A)
+        E = E.to(A.dtype)
+        if reverse:  # U M(conj(c) V^H G U) V^H
+            return U @ _adjugate_differential(S, c.conj() * (V.mH @ E @ U)) @ V.mH
+        return c * (V @ _adjugate_differential(S, U.mH @ E @ V) @ U.mH)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, _, ctx.reverse = inputs
+        ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
+
+    @staticmethod
+    def backward(ctx, G):
+        A, = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError("adjugate: a third derivative of det at a singular or ill-conditioned A is "
+                                      "not implemented")
+        return None, _AdjugateDerivative.apply(A, G, not ctx.reverse), None
+
+    @staticmethod
+    @_nested_forward
+    def jvp(ctx, dA, dE, _):
+        A, = ctx.saved_tensors
+        if dA is not None:
+            raise NotImplementedError("adjugate: a third derivative of det at a singular or ill-conditioned A is "
+                                      "not implemented")
+        return _AdjugateDerivative.apply(A, dE, ctx.reverse)
+
+    @staticmethod
+    def vmap(info, in_dims, A, E, reverse):
+        from .checks import vmap_as_batch
+
+        return vmap_as_batch(_AdjugateDerivative, info, in_dims, A, E, reverse)
 
 
 def matrix_exp(A):
