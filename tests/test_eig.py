@@ -249,3 +249,21 @@ def test_jax():
         np.testing.assert_allclose(jax.jit(jax.grad(f))(A), jax.grad(f)(A), rtol=1e-12, atol=1e-12)
     with pytest.raises(adjointgen.PhaseDependentLossError):
         jax.grad(lambda A: agj.eig(A)[1][1, 0].real)(A)
+
+
+def test_a_nearly_defective_matrix_raises_with_condition_estimates():
+    # a Jordan block under a similarity: rounding splits its eigenvalue by eps^(1/3), and the
+    # derivative, which divides by those gaps, has no correct digits (it was 1.9e9 and 16% off)
+    g = torch.Generator().manual_seed(0)
+    J = torch.tensor([[2.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 0.0, 2.0]], dtype=torch.float64)
+    S = torch.randn(3, 3, dtype=torch.float64, generator=g)
+    A = (S @ J @ torch.linalg.inv(S)).requires_grad_()
+    W = torch.randn(3, dtype=torch.float64, generator=g)
+    w, V = agt.eig(A)
+    with pytest.raises(adjointgen.DefectiveMatrixError, match="numerically defective.*condition estimates"):
+        torch.autograd.grad((W * (V.abs() ** 2).sum(0)).sum() + (W * w.real).sum(), A)
+    # well separated but non-normal: no false error, and the gradient is torch's
+    B = torch.tensor([[1.0, 100.0, 0.0], [0.0, 2.0, 100.0], [0.0, 0.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    ours, = torch.autograd.grad((agt.eigvals(B).real * W).sum(), B)
+    ref, = torch.autograd.grad((torch.linalg.eigvals(B).real * W).sum(), B)
+    torch.testing.assert_close(ours, ref)

@@ -161,3 +161,21 @@ def test_the_jax_function():
     ref = lambda a: jnp.sum(jax.scipy.linalg.lu(a)[1] ** 2) + jnp.sum(jnp.sin(jax.scipy.linalg.lu(a)[2]))  # noqa: E731
     np.testing.assert_allclose(jax.grad(loss)(A), jax.grad(ref)(A), rtol=1e-10, atol=1e-12)
     check_grads(loss, (A,), order=2, modes=("fwd", "rev"))
+
+
+def test_numerically_singular_pivots_raise_with_the_condition_estimate():
+    # rank 2 of 4: the last pivots are rounding (5e-17), not zero; the derivative divided by them (2e16)
+    g = torch.Generator().manual_seed(1)
+    A = (torch.randn(4, 2, dtype=torch.float64, generator=g) @ torch.randn(2, 4, dtype=torch.float64, generator=g))
+    A.requires_grad_()
+    P, L, U = agt.lu(A)
+    with pytest.raises(adjointgen.SingularMatrixError, match="condition estimate .*numerically rank deficient"):
+        torch.autograd.grad(L.sum() + U.sum(), A)
+    with pytest.raises(adjointgen.SingularMatrixError, match="numerically rank deficient"):
+        torch.func.jvp(lambda a: agt.lu(a)[1], (A.detach(),), (torch.ones_like(A),))
+    # a graded matrix has tiny pivots that are exact: its derivative is right (L_21 = a_21 / a_11)
+    D = torch.diag(torch.tensor([1.0, 1e-20, 1e-30], dtype=torch.float64)).requires_grad_()
+    E = torch.zeros(3, 3, dtype=torch.float64)
+    E[2, 1] = 1.0
+    _, dL = torch.func.jvp(lambda a: agt.lu(a)[1], (D.detach(),), (E,))
+    assert float(dL[2, 1]) == pytest.approx(1e20, rel=1e-12)

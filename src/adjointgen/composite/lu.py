@@ -20,10 +20,15 @@ from ..runtime.checks import SingularMatrixError, is_traced, vmap_as_batch
 from ..runtime.function import nested_forward as _nested_forward
 
 
-def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero pivots") -> None:
-    """Raise :class:`SingularMatrixError` where ``U`` (``(..., k, n)``) has a zero on its diagonal:
-    there the rules divide by the pivot (``U^-1``), and the factors of a rank-deficient ``A`` are
-    not differentiable in general."""
+def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero pivots", L=None) -> None:
+    """Raise :class:`SingularMatrixError` where ``U`` (``(..., k, n)``) has a zero on its diagonal,
+    or (with ``L``) one at the level of the elimination's rounding: there the rules divide by the
+    pivot (``U^-1``), and the factors of a rank-deficient ``A`` are not differentiable in general.
+
+    The rounding level of pivot ``k`` is ``k eps (|L| |U|)_kk`` (the componentwise backward error of
+    Gaussian elimination): a pivot below it has no correct digits (a matrix of rank ``r`` factors with
+    pivots of size ``eps`` after the ``r``-th), and neither has a derivative that divides by it.  A
+    graded matrix (``diag(1, 1e-20)``) has small pivots that are exact, and passes."""
     pivots = U.diagonal(dim1=-2, dim2=-1)
     if is_traced(pivots) or pivots.numel() == 0:
         return
@@ -33,6 +38,24 @@ def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero 
         where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
         raise SingularMatrixError(f"lu: {what}, and U[{bad[-1]}, "
                                   f"{bad[-1]}] is zero{where}: A is rank deficient")
+    if L is None or is_traced(L):
+        return
+    k = pivots.shape[-1]
+    with torch.no_grad():
+        size = (L.detach().abs()[..., :k, :k] * U.detach().abs()[..., :k, :k].mT).sum(-1)  # (|L| |U|)_kk
+        real = pivots.real.dtype if pivots.is_complex() else pivots.dtype
+        level = torch.arange(1, k + 1, device=U.device, dtype=real) * torch.finfo(real).eps * size
+        noise = pivots.detach().abs() <= level
+        if not bool(noise.any()):
+            return
+        bad = noise.nonzero()[0].tolist()
+        index = tuple(bad[:-1])
+        where = f" (batch index {index})" if len(bad) > 1 else ""
+        pivot, scale = float(pivots.detach().abs()[tuple(bad)]), float(size[tuple(bad)])
+    raise SingularMatrixError(f"lu: {what}, and U[{bad[-1]}, {bad[-1]}] = {pivot:.2e}{where} is at the level of the "
+                              f"elimination's rounding ({bad[-1] + 1} eps (|L||U|)_kk = {float(level[tuple(bad)]):.2e}; "
+                              f"condition estimate {scale / max(pivot, 1e-300):.2e}): A is numerically rank deficient, "
+                              "and a derivative that divides by this pivot has no correct digits")
 
 
 def _eye_like(X, size):
@@ -117,7 +140,7 @@ class LuFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gP, gL, gU, gpivots):
         P, L, U = ctx.saved_tensors
-        check_pivots(U)
+        check_pivots(U, L=L)
         gL = torch.zeros_like(L) if gL is None else gL
         gU = torch.zeros_like(U) if gU is None else gU
         return _vjp(_permutation(P, L), L, U, gL, gU), None
@@ -126,7 +149,7 @@ class LuFunction(torch.autograd.Function):
     @_nested_forward
     def jvp(ctx, dA, _):
         P, L, U = ctx.saved_tensors
-        check_pivots(U)
+        check_pivots(U, L=L)
         dL, dU = _jvp(_permutation(P, L), L, U, dA)
         return None, dL, dU, None
 

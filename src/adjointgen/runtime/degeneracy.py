@@ -374,6 +374,56 @@ def check_independent(op: str, V: torch.Tensor, d: torch.Tensor, rtol=None) -> N
                         f"the eigenvectors have no derivative there")
 
 
+#: estimated relative error of an eigenvalue gap above which a derivative that divides by it is refused
+RESOLUTION_LIMIT = 0.1
+
+
+def check_resolved(op: str, V: torch.Tensor, d: torch.Tensor, A: torch.Tensor | None, rtol=None) -> None:
+    """Raise :class:`~adjointgen.runtime.checks.DefectiveMatrixError` where two eigenvalues of a
+    non-normal matrix, not in one cluster, are closer than rounding can resolve: a nearly defective
+    matrix (a perturbed Jordan block splits its eigenvalue by ``eps^(1/k)``), whose derivative,
+    which divides by their gap, has no correct digits.
+
+    Rounding moves ``w_i`` by about ``eps ‖A‖_F κ_i``, with ``κ_i = ‖y_i‖ ‖x_i‖ / |y_i^H x_i|``
+    (``‖(V^-1)_i,:‖ ‖V_:,i‖``) its condition number; a pair whose gap is within
+    ``RESOLUTION_LIMIT^-1`` times that (``eps ‖A‖_F (κ_i + κ_j) >= RESOLUTION_LIMIT |w_i - w_j|``)
+    raises, naming the eigenvalues and their condition estimates.  Pairs inside a cluster are the
+    cluster checks' (:func:`check_independent`)."""
+    from .checks import DefectiveMatrixError, physical
+
+    n = d.shape[-1]
+    if n < 2 or d.numel() == 0:
+        return
+    plain = physical(V, d) if A is None else physical(V, d, A)
+    if plain is None:
+        return
+    with torch.no_grad():
+        Vp, dp = plain[0].detach(), plain[1].detach()
+        norm = (torch.linalg.matrix_norm(plain[2].detach()) if A is not None
+                else dp.abs().amax(-1)).reshape(-1)
+        Vs = Vp.reshape(-1, n, n)
+        ds = dp.reshape(-1, n)
+        inv, info = torch.linalg.inv_ex(Vs)
+        kappa = torch.linalg.vector_norm(inv, dim=-1) * torch.linalg.vector_norm(Vs, dim=-2)
+        kappa = torch.where(info[:, None] == 0, kappa, torch.full_like(kappa, math.inf))
+        eps = torch.finfo(ds.real.dtype if ds.is_complex() else ds.dtype).eps
+        error = eps * norm[:, None] * kappa
+        gap = (ds[:, :, None] - ds[:, None, :]).abs()
+        clustered = cluster_mask(ds, rtol) | torch.eye(n, dtype=torch.bool, device=ds.device)
+        unresolved = (error[:, :, None] + error[:, None, :] >= RESOLUTION_LIMIT * gap) & ~clustered
+        if not bool(unresolved.any()):
+            return
+        b, i, j = (int(t) for t in unresolved.nonzero()[0])
+        where = f" (batch index {b})" if ds.shape[0] > 1 else ""
+        raise DefectiveMatrixError(
+            f"{op}: the matrix is numerically defective{where}: eigenvalues {complex(ds[b, i]):.6g} and "
+            f"{complex(ds[b, j]):.6g} (indices {i}, {j}) are {float(gap[b, i, j]):.2e} apart, while rounding moves "
+            f"them by about {float(error[b, i]):.2e} and {float(error[b, j]):.2e} (condition estimates "
+            f"{float(kappa[b, i]):.2e}, {float(kappa[b, j]):.2e}): the derivative divides by their gap and has no "
+            "correct digits. A perturbed Jordan block does this; a loss symmetric in the eigenvalues of the block "
+            "(their sum, the projector onto their invariant subspace) is smooth, but not computable from eig")
+
+
 # ------------------------------------------------------------------ forward mode at clusters
 def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.Tensor, rtol=None) -> None:
     """Raise :class:`~adjointgen.runtime.gauge.DegenerateSubspaceError` when a JVP's projected

@@ -62,6 +62,8 @@ def _independent(rules: Rules, env: dict) -> None:
         if r.vector is not None:
             for name in r.cotangents:
                 degeneracy.check_independent(rules.op, env[name[1:]], env[r.vector], env.get("cluster_rtol"))
+                degeneracy.check_resolved(rules.op, env[name[1:]], env[r.vector], env.get(rules.data),
+                                          env.get("cluster_rtol"))
 
 
 def jvp(rules: Rules, env: dict) -> tuple:
