@@ -294,6 +294,9 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
         bad_basis = torch.zeros_like(clusters)
         if norms is not None:
             scale = norms.unsqueeze(-1) + norms.unsqueeze(-2)
+            if norms.shape[-1]:  # the cotangents' own rounding: n eps of their largest column (a column that is
+                # zero in exact arithmetic -- a second derivative's, off the loss's eigenspace -- is rounding)
+                scale = scale + (norms.amax(-1, keepdim=True) * (norms.shape[-1] * math.sqrt(eps))).unsqueeze(-1)
             if values is not None and gd is not None and values.shape[-1] and not values.is_complex():
                 # the dropped quotient residual / (d_j - d_i) against the gradient's size
                 size = values.abs().amax(-1, keepdim=True).clamp_min(tiny)

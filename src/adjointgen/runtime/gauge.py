@@ -97,11 +97,19 @@ def check(op: str, residual, *cotangents, floor=None) -> None:
     """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
     the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``), plus
     ``floor`` (``(..., 1)``: the size of the loss's other derivatives, below which cotangents of the
-    vectors are rounding, e.g. in a second derivative of a loss of the values alone)."""
+    vectors are rounding, e.g. in a second derivative of a loss of the values alone), plus the
+    rounding of the cotangents themselves: ``n eps`` times their largest column (a column that is
+    zero in exact arithmetic comes out at rounding size, with a residual of its own size -- the
+    second derivative of a loss of one eigenspace reaches the other vectors so)."""
     import torch
 
     with torch.no_grad():
-        found = _excess(residual, sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents), floor)
+        columns = sum(torch.linalg.vector_norm(g, dim=-2) for g in cotangents)
+        if columns.shape[-1]:
+            real = columns.dtype
+            rounding = columns.amax(-1, keepdim=True) * (columns.shape[-1] * torch.finfo(real).eps ** 0.5)
+            floor = rounding if floor is None else floor + rounding
+        found = _excess(residual, columns, floor)
         if found is not None and bool(found[1].any()):
             relative, bad = found
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
