@@ -244,3 +244,21 @@ def test_full_matrices_basis_dependent_loss_raises(dtype, m, n):
     P = U[:, k:] @ U[:, k:].mH if m > n else Vh[k:].mH @ Vh[k:]
     g, = torch.autograd.grad(P.diagonal().real.sum() + (P.abs() ** 2 * torch.arange(P.shape[0])).sum(), A)
     assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("full_matrices", [True, False])
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_basis_dependent_loss_at_a_cluster_raises_for_every_orientation(full_matrices, wide):
+    # singular values (3, 2, 2, 1): Vh[1, 0] depends on the basis of the pair; with the default
+    # full_matrices=True it returned a gradient for 7 of 12 orientations (LAPACK's exact zeros)
+    import adjointgen
+
+    for seed in range(12):
+        g = torch.Generator().manual_seed(seed)
+        U, _ = torch.linalg.qr(torch.randn(6, 4, dtype=torch.float64, generator=g))
+        V, _ = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64, generator=g))
+        A = (U * torch.tensor([3.0, 2.0, 2.0, 1.0], dtype=torch.float64)) @ V.mT
+        A = (A.mT if wide else A).requires_grad_()
+        _, _, Vh = agt.svd(A, full_matrices=full_matrices)
+        with pytest.raises(adjointgen.GaugeDependentLossError):
+            torch.autograd.grad(Vh[1, 0], A)

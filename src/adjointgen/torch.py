@@ -26,6 +26,7 @@ from .generated.torch import svd as _svd
 from .generated.torch.pinv import PinvFunction
 from .runtime import checks
 from .runtime import function as _function
+from .runtime import routes as _routes
 from .runtime import spectral as _spectral
 
 __all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
@@ -131,6 +132,7 @@ def solve(A: torch.Tensor, B: torch.Tensor, *, left: bool = True) -> torch.Tenso
     checks.tensor(B, "B")
     checks.like_torch(torch.linalg.solve, A, B, left=left)
     vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    _routes.taken("solve", ("left" if left else "right") + ("_vector" if vector else "_matrix"))
     if not left:  # X A = B  <=>  A^T X^T = B^T (a vector is its own transpose)
         At = A.mT
         if vector:
@@ -161,10 +163,13 @@ def solve_triangular(A: torch.Tensor, B: torch.Tensor, *, upper: bool, left: boo
     checks.tensor(B, "B")
     checks.like_torch(torch.linalg.solve_triangular, A, B, upper=upper, left=left, unitriangular=unitriangular)
     if unitriangular:
+        _routes.taken("solve_triangular", "unitriangular")
         eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
         A = (A.triu(1) if upper else A.tril(-1)) + eye
-    if not left:  # X A = B  <=>  A^T X^T = B^T, with A^T triangular on the other side
+    if not left:
+        _routes.taken("solve_triangular", "right")  # X A = B  <=>  A^T X^T = B^T, with A^T triangular on the other side
         return solve_triangular(A.mT, B.mT, upper=not upper).mT
+    _routes.taken("solve_triangular", "upper" if upper else "lower")
     if upper:  # J A J is lower triangular: (J A J)(J X) = J B
         return _solve_triangular.solve_triangular(A.flip(-2, -1), B.flip(-2)).flip(-2)
     return _solve_triangular.solve_triangular(A, B)
@@ -191,6 +196,8 @@ def lu(A: torch.Tensor, *, pivot: bool = True):
     from .composite.lu import LuFunction
 
     checks.matrix_input(A, "A", complex_ok=True)
+    m, n = A.shape[-2:]
+    _routes.taken("lu", "square" if m == n else ("tall" if m > n else "wide"))
     P, L, U, _ = _function.apply(LuFunction, A, bool(pivot))
     return torch.return_types.linalg_lu((P, L, U))
 
@@ -260,13 +267,16 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
     checks.matrix_input(A, "A", complex_ok=True)
     m, n = A.shape[-2:]
     if m >= n:
+        _routes.taken("qr", "tall")
         Q, R = _qr.qr(A)
     else:
+        _routes.taken("qr", "wide")
         Q, R_X = _qr.qr(A[..., :m])
         R = torch.cat([R_X, torch.conj_physical(Q).mT @ A[..., m:]], dim=-1)  # no conjugate view: batched forward AD
     if mode == "r":
         return A.new_empty(0), R
     if mode == "complete" and m > n:
+        _routes.taken("qr", "complete")
         from .runtime.factorizations import complete_q
 
         Q = complete_q(A, Q)
@@ -384,7 +394,9 @@ def eigvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tens
         ValueError: not a square floating matrix, NaN/Inf.
     """
     if _differentiated(A):
+        _routes.taken("eigvals", "decomposition")
         return eig(A, cluster_rtol=cluster_rtol)[0]
+    _routes.taken("eigvals", "values")
     checks.matrix_input(A, "A", square=True, complex_ok=True)
     return torch.linalg.eigvals(A)
 
@@ -404,7 +416,9 @@ def eigvalsh(A: torch.Tensor, UPLO: str = "L", *, cluster_rtol: float | None = N
     """
     _uplo(UPLO)
     if _differentiated(A):
+        _routes.taken("eigvalsh", "decomposition")
         return eigh(A, cluster_rtol=cluster_rtol)[0]
+    _routes.taken("eigvalsh", "values")
     checks.matrix_input(A, "A", square=True, symmetric=True, complex_ok=True)
     return torch.linalg.eigvalsh(A, UPLO=UPLO)
 
@@ -422,7 +436,9 @@ def svdvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tens
         ValueError: not a floating matrix, NaN/Inf.
     """
     if _differentiated(A):
+        _routes.taken("svdvals", "decomposition")
         return svd(A, full_matrices=False, cluster_rtol=cluster_rtol)[1]
+    _routes.taken("svdvals", "values")
     checks.matrix_input(A, "A", square=False, complex_ok=True)
     return torch.linalg.svdvals(A)
 
@@ -445,7 +461,9 @@ def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = Fa
     except NotPositiveDefiniteError:
         if check_errors:
             raise
+        _routes.taken("cholesky_ex", "torch")
         return torch.linalg.cholesky_ex(A, upper=upper)
+    _routes.taken("cholesky_ex", "derived")
     return torch.return_types.linalg_cholesky_ex((L, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
 
 
@@ -466,7 +484,9 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
     except SingularMatrixError:
         if check_errors:
             raise
+        _routes.taken("inv_ex", "torch")
         return torch.linalg.inv_ex(A)
+    _routes.taken("inv_ex", "derived")
     return torch.return_types.linalg_inv_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
 
 
@@ -659,11 +679,13 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
         ValueError: NaN/Inf, empty dimensions, integer dtype, fewer than two dimensions.
     """
     if full_matrices and isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
+        _routes.taken("svd", "full")
         checks.matrix_input(A, "A", complex_ok=True)
         from .composite.svd import SvdFullFunction
 
         U, S, Vh = _function.apply(SvdFullFunction, A)
     else:
+        _routes.taken("svd", "thin")
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
         if isinstance(A, torch.Tensor) and A.dim() >= 2:
@@ -752,7 +774,7 @@ def expm(A: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: not a square floating matrix, NaN/Inf.
     """
-    return _symmetric_or_general(A, _general_directions("expm"), "matrix_exp")
+    return _symmetric_or_general("expm", A, _general_directions("expm"), "matrix_exp")
 
 
 def matrix_exp(A: torch.Tensor) -> torch.Tensor:
@@ -788,7 +810,7 @@ def logm(A: torch.Tensor) -> torch.Tensor:
         ValueError: an eigenvalue ``<= 0`` of symmetric ``A``, or of general ``A`` on the closed
             negative real axis (named in the message).
     """
-    return _symmetric_or_general(A, _general_directions("logm"), "logm_general")
+    return _symmetric_or_general("logm", A, _general_directions("logm"), "logm_general")
 
 
 def sqrtm(A: torch.Tensor) -> torch.Tensor:
@@ -810,10 +832,10 @@ def sqrtm(A: torch.Tensor) -> torch.Tensor:
             the closed negative real axis (named in the message); in a derivative, a zero
             eigenvalue of symmetric ``A`` (the derivative of ``sqrt`` is infinite there).
     """
-    return _symmetric_or_general(A, _general_directions("sqrtm"), "sqrtm_general")
+    return _symmetric_or_general("sqrtm", A, _general_directions("sqrtm"), "sqrtm_general")
 
 
-def _symmetric_or_general(A, hermitian_function, general: str):
+def _symmetric_or_general(name: str, A, hermitian_function, general: str):
     """``f(A)`` of a general-matrix function: for Hermitian ``A`` (eager, values checked) from
     ``eigh`` with the rules of ``derivations/funm.py`` along unstructured tangents (the general
     function's derivative at a Hermitian point: ``Derivation.general_directions``, audited against
@@ -832,8 +854,10 @@ def _symmetric_or_general(A, hermitian_function, general: str):
         except ValueError:
             hermitian = False
     if not hermitian:
+        _routes.taken(name, "general")
         module = importlib.import_module(f"{__package__}.generated.torch.{general}")
         return getattr(module, general)(A)
+    _routes.taken(name, "hermitian")
     return hermitian_function(A)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 from .function import nested_forward as _nested_forward
+from .routes import taken
 
 __all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester"]
 
@@ -200,7 +201,9 @@ def adjugate(A):
             parity = 1 - 2 * (swaps % 2).to(A.dtype)
             det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
             eye = torch.eye(n, dtype=A.dtype, device=A.device).expand_as(A)
+            taken("adjugate", "lu")
             return det[..., None, None] * torch.linalg.lu_solve(LU, pivots, eye)
+    taken("adjugate", "svd")
     return _Adjugate.apply(A)
 
 

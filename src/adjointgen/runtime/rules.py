@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from .routes import taken
+
 __all__ = ["Call", "Residual", "Rules", "Variant"]
 
 
@@ -112,7 +114,10 @@ class Rules:
             if all(_square(env.get(name)) for name in v.square) and (best is None or len(v.square) > len(best.square)):
                 best = v
         if best is None:
+            if any(not v.directions for v in self.variants):  # a choice was made: the general rules
+                taken(self.op, "rules")
             return self
+        taken(self.op, "rules_" + "_".join(("square",) + best.square))
         return self._with(best)
 
     def for_directions(self) -> "Rules":

@@ -200,10 +200,16 @@ class _Bound:
     autograd functions (a tuple would be flattened by the ``torch.func`` transforms, which then
     miscount tangents)."""
 
-    __slots__ = ("spec", "opts", "general")
+    __slots__ = ("spec", "opts", "general", "reverse")
 
-    def __init__(self, spec, opts, general=False):
-        self.spec, self.opts, self.general = spec, tuple(opts), bool(general)
+    def __init__(self, spec, opts, general=False, reverse=False):
+        self.spec, self.opts, self.general, self.reverse = spec, tuple(opts), bool(general), bool(reverse)
+
+    def mode(self, reverse: bool) -> "_Bound":
+        """This function's first derivative read forward (``Df(A)[G]``) or in reverse
+        (``Df(A)^*[G] = Df(A^H)[G]``): the same value at Hermitian ``A``, but along unstructured
+        directions their derivatives in ``A`` differ (``A^H`` moves along ``dA^H``)."""
+        return self if reverse == self.reverse else _Bound(self.spec, self.opts, self.general, reverse)
 
     def part(self, X):
         """What the rules see of a direction ``X``: all of it (general), its Hermitian part otherwise."""
@@ -248,13 +254,13 @@ class _Funm(torch.autograd.Function):
         if not torch.is_grad_enabled() and not _checks.is_traced(gX):  # no higher derivatives: the rule
             spec, opts = ctx.bound.spec, ctx.bound.opts
             return spec.apply_rule(w, V, gX, spec.checked_L(w, opts, A), ctx.bound.general), None
-        return _Frechet.apply(A, gX, w, V, ctx.bound), None
+        return _Frechet.apply(A, gX, w, V, ctx.bound.mode(reverse=True)), None
 
     @staticmethod
     @_nested_forward
     def jvp(ctx, dA, *_):
         A, w, V = ctx.saved_tensors
-        return _Frechet.apply(A, dA, w, V, ctx.bound), None, None
+        return _Frechet.apply(A, dA, w, V, ctx.bound.mode(reverse=False)), None, None
 
     @staticmethod
     def vmap(info, in_dims, A, bound):
@@ -265,7 +271,8 @@ class _Funm(torch.autograd.Function):
 class _Frechet(torch.autograd.Function):
     """``K = Df(A)[sym(G)] = V (L ∘ (V^H sym(G) V)) V^H`` (the derived rule; along unstructured ``G``
     for a general-matrix function); its derivatives are the second-order rule:
-    ``dK = Df(A)[sym(dG)] + D²f(A)[sym(G), dA]``."""
+    ``dK = Df(A)[sym(dG)] + D²f(A)[sym(G), dA]``.  Read in reverse (``bound.reverse``, a VJP), ``K``
+    is ``Df(A^H)[G]``, whose derivative along an unstructured ``dA`` is ``D²f(A)[G, dA^H]``."""
 
     @staticmethod
     def forward(A, G, w, V, bound):
@@ -281,8 +288,12 @@ class _Frechet(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gK):
         A, G, w, V = ctx.saved_tensors
-        gA = _Second.apply(A, ctx.bound.adjoint(G), gK, w, V, ctx.bound) if ctx.needs_input_grad[0] else None
-        gG = _Frechet.apply(A, gK, w, V, ctx.bound) if ctx.needs_input_grad[1] else None
+        b = ctx.bound
+        gA = None
+        if ctx.needs_input_grad[0]:  # <gK, D²f[G, dA]> = <D²f[G^H, gK], dA>; in reverse dA^H: D²f[G, gK^H]
+            gA = (_Second.apply(A, G, b.adjoint(gK), w, V, b) if b.reverse
+                  else _Second.apply(A, b.adjoint(G), gK, w, V, b))
+        gG = _Frechet.apply(A, gK, w, V, b.mode(not b.reverse)) if ctx.needs_input_grad[1] else None
         return gA, gG, None, None, None
 
     @staticmethod
@@ -293,7 +304,8 @@ class _Frechet(torch.autograd.Function):
         if dG is not None:
             out = _Frechet.apply(A, dG, w, V, ctx.bound)
         if dA is not None:
-            part = _Second.apply(A, G, dA, w, V, ctx.bound)
+            b = ctx.bound
+            part = _Second.apply(A, G, b.adjoint(dA) if b.reverse else dA, w, V, b)
             out = part if out is None else out + part
         return out
 

@@ -254,6 +254,9 @@ def partial_eigh(
                     stacklevel=2,
                 )
         kept_U = _fix_signs(kept_U)
+    from ..routes import taken
+
+    taken("partial_eigh", method)
     info = PartialEighInfo(method=method, residual=residual, iterations=int(iterations), tol=limit, gap=gap,
                            certificate=certificate, split=split, resolution=resolution, aid=aid)
     return kept_w.contiguous(), kept_U.contiguous(), info

@@ -190,6 +190,9 @@ def pinv_forward(
         return torch.linalg.pinv(A.detach(), atol=atol, rtol=rtol, hermitian=hermitian)
 
     def result(X, info):
+        from ..routes import taken
+
+        taken("pinv", info.method)
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("pinv %s %s: %s: %s", tuple(A.shape), A.dtype, info.method, info.reason)
         return (X, info) if return_info else X
