@@ -322,3 +322,34 @@ def test_complex_qr_matches_torch(shape):
     assert rel(t1[0], t2[0]) < 1e-12 and rel(t1[1], t2[1]) < 1e-12
     Ar = A.reshape(-1, *shape[-2:])[0].clone().requires_grad_()
     assert torch.autograd.gradcheck(agt.qr, (Ar,)) and torch.autograd.gradgradcheck(agt.qr, (Ar,))
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4)])
+def test_qr_of_a_numerically_rank_deficient_matrix_raises_in_a_derivative(shape):
+    # R has rounding on its diagonal after the rank: the rules divide by it (a gradient of 2.7e15 for a
+    # rank-1 5x3 matrix, NaN at the zero matrix); the value itself is torch's
+    g = torch.Generator().manual_seed(13)
+    m, n = shape
+    for A in (torch.randn(m, 1, dtype=torch.float64, generator=g) @ torch.randn(1, n, dtype=torch.float64, generator=g),
+              torch.zeros(m, n, dtype=torch.float64)):
+        A = A.requires_grad_()
+        Q, R = agt.qr(A)
+        torch.testing.assert_close(R.detach().abs(), torch.linalg.qr(A.detach())[1].abs())
+        with pytest.raises(adjointgen.SingularMatrixError, match="rounding.*condition estimate"):
+            torch.autograd.grad((Q.sum() + R.sum()), A)
+        with pytest.raises(adjointgen.SingularMatrixError):
+            torch.func.jvp(lambda a: agt.qr(a)[1], (A.detach(),), (torch.ones_like(A),))
+    # a graded but well-conditioned QR (columns of very different norms) is fine
+    D = torch.diag(torch.tensor([1e-20, 1.0, 1e20], dtype=torch.float64))
+    B = (torch.linalg.qr(torch.randn(3, 3, dtype=torch.float64, generator=g))[0] @ D).requires_grad_()
+    gB, = torch.autograd.grad(agt.qr(B)[1].diagonal().abs().sum(), B)
+    want, = torch.autograd.grad(torch.linalg.qr(B)[1].diagonal().abs().sum(), B)
+    torch.testing.assert_close(gB, want)
+
+
+def test_cholesky_of_a_numerically_singular_matrix_raises_in_a_derivative():
+    v = torch.randn(4, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    A = (v @ v.mT + 5e-16 * torch.eye(4, dtype=torch.float64)).requires_grad_()  # rank 2 plus rounding
+    L = agt.cholesky(A)
+    with pytest.raises(adjointgen.SingularMatrixError, match="rounding"):
+        torch.autograd.grad(L.sum(), A)

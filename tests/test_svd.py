@@ -262,3 +262,35 @@ def test_a_basis_dependent_loss_at_a_cluster_raises_for_every_orientation(full_m
         _, _, Vh = agt.svd(A, full_matrices=full_matrices)
         with pytest.raises(adjointgen.GaugeDependentLossError):
             torch.autograd.grad(Vh[1, 0], A)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_full_matrices_at_a_rank_deficient_matrix_refuses_the_split_of_the_complement(wide):
+    # the vectors of zero singular values and the extra columns span the complement together: the
+    # projector onto the extra columns alone is not a function of A there (a gradient came back)
+    import adjointgen
+
+    g = torch.Generator().manual_seed(13)
+    A = torch.randn(5, 1, dtype=torch.float64, generator=g) @ torch.randn(1, 3, dtype=torch.float64, generator=g)
+    A = (A.mT if wide else A).requires_grad_()
+    U, S, Vh = agt.svd(A)
+    X = Vh.mH if wide else U
+    with pytest.raises(adjointgen.ComplementBasisError, match="rank deficient"):
+        torch.autograd.grad((X[:, 3:] @ X[:, 3:].mT)[0, 1], A)
+    # the projector onto the complement of the leading singular vector (the zero values' vectors and
+    # the extra columns together) is smooth, the gap to the zero values being 3: exact
+    U, S, Vh = agt.svd(A)
+    X = Vh.mH if wide else U
+    g1, = torch.autograd.grad((X[:, 1:] @ X[:, 1:].mT)[0, 1], A)
+
+    def complement(B):  # I - u u^T of the leading vector, by torch's SVD (no derivative taken)
+        u = torch.linalg.svd(B.mT if wide else B)[0][:, :1]
+        return (torch.eye(5, dtype=torch.float64) - u @ u.mT)[0, 1]
+
+    g2 = torch.zeros_like(g1)
+    h = 1e-5
+    for index in torch.cartesian_prod(torch.arange(A.shape[0]), torch.arange(A.shape[1])):
+        E = torch.zeros_like(g1)
+        E[tuple(index)] = h
+        g2[tuple(index)] = (complement(A.detach() + E) - complement(A.detach() - E)) / (2 * h)
+    torch.testing.assert_close(g1, g2, rtol=1e-7, atol=1e-9)

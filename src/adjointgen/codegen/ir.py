@@ -462,6 +462,9 @@ class OperationIR:
     second_order: bool = False
     #: the rules specialised to square orthonormal outputs, and to unstructured tangents
     variants: tuple[VariantIR, ...] = ()
+    #: triangular outputs the rules invert, with their degree in the defining identity (checked for
+    #: pivots at rounding level before the rules run)
+    invertible: tuple[tuple[str, int], ...] = ()
 
     @property
     def general_directions(self) -> "VariantIR | None":

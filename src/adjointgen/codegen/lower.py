@@ -25,6 +25,7 @@ from sympy.matrices.expressions import (
 
 from sympy.printing.str import StrPrinter
 
+from ..calculus import algebra
 from ..calculus.spec import OperationSpec, Source, as_spec
 from ..calculus.nodes import DI, DJ, EngineNode, OperatorSolve, PairwiseMatrix, ScalarIdentity, Skew, Sym
 from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
@@ -677,6 +678,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     degenerate = any(p.name == "cluster_rtol" for r in (jvp, vjp, jvp_complex, vjp_complex, checked, checked_real,
                                                          *gauge_rules) if r is not None for p in r.params)
     return OperationIR(
+        invertible=_inverted_factors(d, api),
         name=d.name,
         title=d.title,
         derivation=label or os.path.relpath(d.path, root),
@@ -707,6 +709,41 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         second_order=d.second is not None,
         variants=tuple(variants),
     )
+
+
+def _inverted_factors(d, api) -> tuple[tuple[str, int], ...]:
+    """The triangular outputs the rules invert (``R^-1`` of QR, ``L^-1`` of Cholesky), by API name,
+    each with its degree in the defining identity (``A = Q R``: 1; ``A = L L^T``: 2): where a pivot
+    is at the level of rounding the rules' value has no correct digits, and the dispatch refuses it
+    (:func:`adjointgen.runtime.checks.invertible_factor`; the degree sets the level: a pivot of a
+    factor of degree 2 carries half the input's digits)."""
+    outputs = {o.name for o in d.outputs}
+    found = set()
+    for rule in (d.jvp, d.vjp):
+        for expr in rule.raw.values():
+            for node in sp.preorder_traversal(expr):
+                if isinstance(node, Inverse) or (isinstance(node, sp.MatPow) and node.args[1] == -1):
+                    base = node.args[0]
+                    base = base.arg if isinstance(base, Transpose) else base
+                    if isinstance(base, MatrixSymbol) and base.name in outputs and d.structure.triangle(base.name):
+                        found.add(base.name)
+    primal = {s.name for s in (*d.inputs, *d.outputs)}
+
+    def degree(name):
+        best = 1
+        for step in d.steps:
+            eq = step.equation
+            if step.kind != "identity" or eq is None or not algebra.free_names(eq.lhs - eq.rhs) <= primal:
+                continue
+            for side in (eq.lhs, eq.rhs):
+                for term in sp.Add.make_args(sp.expand(side)):
+                    factors = term.args if isinstance(term, sp.MatMul) else (term,)
+                    count = sum(1 for f in factors if getattr(f, "name", None) == name
+                                or (isinstance(f, Transpose) and getattr(f.arg, "name", None) == name))
+                    best = max(best, count)
+        return best
+
+    return tuple(sorted((api.get(n, n), degree(n)) for n in found))
 
 
 def _merged_scalar_identity(m):

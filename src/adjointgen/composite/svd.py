@@ -30,6 +30,7 @@ def _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check):
     if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
         basis = complement.svd_complement_gauge_basis_complex if U.is_complex() else complement.svd_complement_gauge_basis
         _gauge.check_basis("svd", basis(U2, gU2), gU2)
+        _check_rank_deficient(U, S, U2, gU, gU2, rtol)
     if U.is_complex():
         if check:
             gA, residual, residual_clusters = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
@@ -46,6 +47,30 @@ def _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check):
     else:
         gA = thin.svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=rtol)
     return gA + complement.svd_complement_vjp(U, S, V, U2, gU2, cluster_rtol=rtol)
+
+
+def _check_rank_deficient(U, S, U2, gU, gU2, rtol):
+    """At zero singular values (to ``rtol``) the complement of the range is spanned by their vectors
+    ``U_0`` and the extra columns ``U2`` together, and a rotation mixing the two is as valid: the
+    split between them (``U2 U2^H`` itself) is not a function of ``A``.  Raise
+    :class:`~adjointgen.runtime.gauge.ComplementBasisError` where the loss's derivative along such a
+    rotation, ``U_0^H gU2 - (U2^H gU_0)^H``, is not zero (the thin factors' own null-space check
+    covers rotations inside ``U_0``)."""
+    from ..runtime.checks import physical
+
+    if S.shape[-1] == 0 or U2.shape[-1] == 0:
+        return
+    zero = _degeneracy.zero_mask(S, rtol)
+    plain = physical(zero)
+    if plain is None or not bool(plain[0].any()):
+        return
+    import torch
+
+    with torch.no_grad():
+        mask = zero.unsqueeze(-2).to(U.dtype)
+        X = (U * mask).mH @ gU2 - ((U2.mH @ (gU * mask)).mH)
+        _gauge.check_mixing("svd", torch.linalg.matrix_norm(X),
+                            torch.linalg.matrix_norm(gU * mask) + torch.linalg.matrix_norm(gU2))
 
 
 def _tall_jvp(U, S, V, U2, dA):

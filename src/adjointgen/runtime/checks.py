@@ -264,6 +264,45 @@ def per_element(fn, *args):
     return fn(*args)
 
 
+def invertible_factor(op: str, name: str, T: torch.Tensor, degree: int = 1) -> None:
+    """Raise :class:`SingularMatrixError` where the triangular factor ``T`` (``(..., n, n)``), which
+    an operation's rules invert, has a diagonal entry at the level of rounding: ``|t_kk| <= n eps``
+    times the norm of the line through it that holds the triangle's other entries (an upper factor's
+    column: QR's ``R``, whose column norms are ``A``'s; a lower factor's row: Cholesky's ``L``, whose
+    row norms are ``sqrt(a_kk)``): the scale of a pivot's rounding in a backward-stable factorization.
+    A factor of ``degree`` 2 in its identity (``A = L L^H``) carries half of the input's digits: its
+    pivots have none left at ``sqrt(n eps)`` of their line.  Such a pivot has no correct digits,
+    and neither has a derivative that divides by it (a rank-deficient ``A``: its ``R`` or ``L`` has
+    rounding on the diagonal).  Skipped where values cannot be read (``vmap`` reads them through its
+    rule; compilers and tracers do not)."""
+    if T.numel() == 0 or is_traced(T):
+        return
+    plain = physical(T)
+    if plain is None:
+        return
+    with torch.no_grad():
+        X = plain[0].detach()
+        k = min(X.shape[-2:])
+        pivots = X.diagonal(dim1=-2, dim2=-1).abs()
+        # the line through the pivot that holds the triangle's other entries: an upper factor's column
+        # (QR's R: the norm of A's column), a lower factor's row (Cholesky's L: sqrt(a_kk))
+        upper = not bool(X.tril(-1).any())
+        size = torch.linalg.vector_norm(X, dim=-2 if upper else -1)[..., :k]
+        real = pivots.dtype
+        level = (k * torch.finfo(real).eps) ** (1.0 / degree) * size
+        noise = pivots <= level
+        if not bool(noise.any()):
+            return
+        bad = noise.nonzero()[0].tolist()
+        where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
+        pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
+    raise SingularMatrixError(
+        f"{op}: the derivative divides by the diagonal of {name}, and {name}[{bad[-1]}, {bad[-1]}] = {pivot:.2e}{where} is "
+        f"at the level of rounding (({k} eps)^(1/{degree}) times its row or column norm {scale:.2e}; condition estimate "
+        f"{scale / max(pivot, 1e-300):.2e}): the input is numerically rank deficient, and the derivative has no correct "
+        "digits")
+
+
 def physical(*tensors, levels: bool = False):
     """Plain tensors holding the values of ``tensors`` -- which may be wrapped by ``torch.func``
     transforms (``vmap``'s BatchedTensors, ``grad``'s wrappers) -- with every ``vmap`` level's

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from . import degeneracy, gauge, value_blocks
+from . import checks, degeneracy, gauge, value_blocks
 from .function import nested_forward as _nested_forward
 from .rules import Call, Residual, Rules, Variant
 
@@ -66,8 +66,14 @@ def _independent(rules: Rules, env: dict) -> None:
                                           env.get("cluster_rtol"))
 
 
+def _invertible(rules: Rules, env: dict) -> None:
+    for name, degree in rules.invertible:
+        checks.invertible_factor(rules.op, name, env[name], degree)
+
+
 def jvp(rules: Rules, env: dict) -> tuple:
     """The output tangents: the complex or the real JVP rule (of the variant for the shapes)."""
+    _invertible(rules, env)
     rules = rules.for_shapes(env)
     if rules.complex_only:
         _independent(rules, env)
@@ -116,6 +122,7 @@ class _ResolvedGradient(torch.autograd.Function):
 
 
 def _vjp(rules: Rules, env: dict) -> tuple:
+    _invertible(rules, env)
     rules = rules.for_shapes(env)
     if rules.complex_only:  # complex rules; the phases are always a gauge; a real input's cotangent is real
         _independent(rules, env)

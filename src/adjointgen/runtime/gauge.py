@@ -157,6 +157,24 @@ def check_null_space(op: str, U, gU, zero) -> None:
                 "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
 
 
+def check_mixing(op: str, residual, scale) -> None:
+    """``full_matrices`` at zero singular values: their vectors and the extra columns span the
+    complement of the range together, and any rotation mixing them is as valid.  Raise
+    :class:`ComplementBasisError` when the loss's derivative along one (``residual``) exceeds
+    ``sqrt(eps)`` of the cotangents of those columns (``scale``)."""
+    import torch
+
+    with torch.no_grad():
+        found = _excess(residual, scale)
+        if found is not None and bool(found[1].any()):
+            raise ComplementBasisError(
+                f"{op}: the matrix is rank deficient (a singular value is zero to the cluster tolerance), and the "
+                f"loss depends on how the complement of its range is split between the singular vectors of the zero "
+                f"values and the extra columns of full_matrices=True (relative residual {float(found[0].max()):.2e}): "
+                "that split is arbitrary, so only quantities of their span together (the projector onto the whole "
+                "complement) have a gradient. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+
+
 def check_zero_values(op: str, gS, zero, U=None, gU=None, S=None) -> None:
     """A zero singular value is ``|t|`` along ``A + t u v^H`` (``u``, ``v`` its vectors, or for a
     tall (wide) thin SVD ``u`` out of the range): not differentiable.  Raise

@@ -103,6 +103,9 @@ class Rules:
     complex_only: bool = False
     #: rules specialised to square shapes of orthonormal outputs (:class:`Variant`)
     variants: tuple[Variant, ...] = ()
+    #: triangular outputs the rules invert, with their degree in the defining identity (``A = L L^H``:
+    #: 2): a pivot at rounding level leaves no correct digit
+    invertible: tuple[tuple[str, int], ...] = ()
 
     def for_shapes(self, env: dict) -> "Rules":
         """The rules for the arrays of ``env``: those of the variant with the most outputs that are
