@@ -153,6 +153,7 @@ def det(A):
     return torch.linalg.det(A)
 
 
+@torch.compiler.disable  # SciPy on the host: a compiler runs it as is (tracing into SciPy took 40 s)
 def sqrtm_general(A):
     """The principal square root of general square ``A`` (batched, real or complex) by SciPy's
     Schur method on the host (tensors on other devices make a round trip); a ``ValueError`` names an
@@ -182,6 +183,7 @@ def matrix_exp(A):
     return torch.linalg.matrix_exp(A)
 
 
+@torch.compiler.disable  # SciPy on the host: a compiler runs it as is (tracing into SciPy took 40 s)
 def logm_general(A):
     """The principal logarithm of general square ``A`` (batched, real or complex) by SciPy's
     inverse scaling and squaring on the host (tensors on other devices make a round trip); a

@@ -73,6 +73,7 @@ def _sylvester_in_eigenbases(A, B, C, same=False):
     return Va @ (Ct / denominator.to(Ct.dtype)) @ Vb.mH
 
 
+@torch.compiler.disable  # NumPy on the host: a compiler runs it as is
 def _bartels_stewart(A, B, C):
     """``X`` with ``A X + X B = C`` for general ``A``, ``B`` (batched): the NumPy solver on the host."""
     from .xp import sylvester as on_host
@@ -364,26 +365,31 @@ def expm_frechet_solve(X, C):
     return _ExpFrechetSolve.apply(X, C)
 
 
+@torch.compiler.disable  # SciPy on the host: a compiler runs it as is
+def _expm_frechet_solve_on_host(X, C):
+    from .xp import expm_frechet_solve as on_host
+
+    import numpy
+
+    from .checks import host_arrays
+
+    x, c = host_arrays("the inverse Fréchet derivative of exp (logm)", X, C)
+    try:
+        y = on_host(numpy, x, c)
+    except numpy.linalg.LinAlgError as exc:
+        from .checks import SingularMatrixError
+
+        raise SingularMatrixError(str(exc)) from None
+    return torch.from_numpy(y).to(device=C.device, dtype=C.dtype)
+
+
 class _ExpFrechetSolve(torch.autograd.Function):
     """``Y = L_exp[X]^-1(C)`` on the host (SciPy); its derivatives through :func:`expm_frechet`'s
     second-order form and itself."""
 
     @staticmethod
     def forward(X, C):
-        from .xp import expm_frechet_solve as on_host
-
-        import numpy
-
-        from .checks import host_arrays
-
-        x, c = host_arrays("the inverse Fréchet derivative of exp (logm)", X, C)
-        try:
-            y = on_host(numpy, x, c)
-        except numpy.linalg.LinAlgError as exc:
-            from .checks import SingularMatrixError
-
-            raise SingularMatrixError(str(exc)) from None
-        return torch.from_numpy(y).to(device=C.device, dtype=C.dtype)
+        return _expm_frechet_solve_on_host(X, C)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
