@@ -165,6 +165,7 @@ def funcs(dtype):
     """``name -> (domain, loss(agt), reference(torch/SciPy), complex ok)``; losses are scalar, real
     and invariant to the outputs' gauges."""
     W = lambda shape, s=90: weights(shape, s, D)  # noqa: E731
+    eps = torch.finfo(torch.float32 if dtype in (torch.float32, torch.complex64) else D).eps
 
     def real(x):
         return x.real if x.is_complex() else x
@@ -214,10 +215,11 @@ def funcs(dtype):
         "det": ("general", lambda A: real(agt.det(A)), lambda A: real(torch.linalg.det(A)), ("scalar", mpmath.det)),
         "slogdet": ("nonsingular", lambda A: agt.slogdet(A)[1], lambda A: torch.linalg.slogdet(A)[1],
                     ("scalar", lambda M: mpmath.log(abs(mpmath.det(M))))),
-        "pinv": ("rect", lambda A: wsum(agt.pinv(A)), lambda A: wsum(torch.linalg.pinv(A)), ("matrix", mp_pinv)),
+        "pinv": ("rect", lambda A: wsum(agt.pinv(A)), lambda A: wsum(torch.linalg.pinv(A)),
+                 ("matrix", lambda M: mp_pinv(M, eps))),
         "lstsq": ("rect", lambda A: wsum(agt.lstsq(A, weights((A.shape[-2], 2), 97, A.dtype)).solution),
                   lambda A: wsum(torch.linalg.pinv(A) @ weights((A.shape[-2], 2), 97, A.dtype)),
-                  ("matrix", lambda M: mp_pinv(M) * _mp(weights((M.rows, 2), 97, dtype)))),
+                  ("matrix", lambda M: mp_pinv(M, eps) * _mp(weights((M.rows, 2), 97, dtype)))),
         "expm": ("general", lambda A: wsum(agt.expm(A)), lambda A: wsum(torch.linalg.matrix_exp(A)), ("matrix", mpmath.expm)),
         "matrix_exp": ("general", lambda A: wsum(agt.matrix_exp(A)), lambda A: wsum(torch.linalg.matrix_exp(A)),
                        ("matrix", mpmath.expm)),
@@ -237,15 +239,15 @@ def funcs(dtype):
     return F
 
 
-def mp_pinv(M):
+def mp_pinv(M, eps=2.0 ** -52):
     """The pseudo-inverse in mpmath's precision with ``torch.linalg.pinv``'s cutoff (singular values
     at most ``eps max(m, n)`` of the largest are zero): the function adjointgen's ``pinv`` is."""
     if M.rows < M.cols:
-        return mp_pinv(M.H).H
+        return mp_pinv(M.H, eps).H
     U, S, V = (mpmath.svd_c if any(isinstance(x, mpmath.mpc) and x.imag for x in M) else mpmath.svd_r)(M)
     smax = max(abs(x) for x in S) if len(S) else 0
     inv = mpmath.matrix(len(S), len(S))
-    cutoff = smax * mpmath.mpf(2.0 ** -52) * max(M.rows, M.cols)  # torch.linalg.pinv's default rtol
+    cutoff = smax * mpmath.mpf(eps) * max(M.rows, M.cols)  # torch.linalg.pinv's default rtol
     for i in range(len(S)):
         if abs(S[i]) > cutoff:
             inv[i, i] = 1 / S[i]
@@ -265,8 +267,10 @@ CLEAR = (ValueError, adjointgen.SingularMatrixError, adjointgen.GaugeDependentLo
 
 
 def _clear(exc) -> bool:
-    return isinstance(exc, CLEAR) or (isinstance(exc, (RuntimeError, NotImplementedError))
-                                      and type(exc).__module__.startswith("adjointgen"))
+    """An adjointgen error, a ``ValueError``, or torch's own ``LinAlgError`` (LAPACK refusing an
+    input it cannot factor: a named error too)."""
+    return isinstance(exc, CLEAR + (torch.linalg.LinAlgError,)) or (
+        isinstance(exc, (RuntimeError, NotImplementedError)) and type(exc).__module__.startswith("adjointgen"))
 
 
 def fd(f, A, E, h=None):
@@ -373,7 +377,8 @@ def transforms(name, domain, loss, ref, mp_ref, A, dtype, quick, fam):
         """What a derivative of zero comes out as: rounding of the function's size over a unit step."""
         with torch.no_grad():
             try:
-                return 1e-10 * max(abs(float(ref(A + E))), abs(float(ref(A - E))), abs(float(ref(A))))
+                eps = torch.finfo(real_dtype).eps
+                return 1e6 * eps * max(abs(float(ref(A + E))), abs(float(ref(A - E))), abs(float(ref(A))))
             except Exception:  # noqa: BLE001
                 return 0.0
 

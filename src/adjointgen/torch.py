@@ -840,13 +840,15 @@ def _symmetric_or_general(name: str, A, hermitian_function, general: str):
     ``eigh`` with the rules of ``derivations/funm.py`` along unstructured tangents (the general
     function's derivative at a Hermitian point: ``Derivation.general_directions``, audited against
     the general function), else the generated general-matrix function ``general``.  Where values
-    cannot be read (under ``vmap``, ``torch.compile``, on meta or fake tensors) the general function
-    runs: it is right for every ``A``."""
+    cannot be read (under ``vmap``, ``torch.compile``, on fake tensors) the general function runs: it
+    is right for every ``A``; meta tensors (shapes only) take the eigh route."""
     import importlib
 
     checks.tensor(A, "A")
     checks.floating(A, "A", complex_ok=True)
     checks.matrix(A, "A", square=True)
+    if A.is_meta:  # shapes only: the eigh route propagates them (the general one computes on the host)
+        return hermitian_function(A)
     hermitian = not checks.is_traced(A)
     if hermitian:
         try:

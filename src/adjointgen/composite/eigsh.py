@@ -86,16 +86,37 @@ def _split_error(spec, w, split, what):
     return _degeneracy.cut_error("eigsh", spec.k, spec.largest, w, split, what)
 
 
+def _dense_traced(spec, A, B):
+    """``(w, V)``: the ``k`` extreme pairs of the dense (generalized) problem by ``eigh`` (through
+    the Cholesky factor of ``B``), with no value read on the host: what ``torch.compile`` traces and
+    runs (the partial solvers decide on values).  The order (descending when ``largest``) and the
+    signs (the largest entry of each vector real and positive) are the partial solvers'."""
+    from ..runtime.eigsolvers.common import _fix_signs
+
+    if B is None:
+        w, V = torch.linalg.eigh(A)
+    else:
+        L = torch.linalg.cholesky(B)
+        C = torch.linalg.solve_triangular(L, torch.linalg.solve_triangular(L, A, upper=False).mH, upper=False)
+        w, Y = torch.linalg.eigh(0.5 * (C + C.mH))
+        V = torch.linalg.solve_triangular(L.mH, Y, upper=True)
+    if spec.largest:
+        w, V = w[..., -spec.k:].flip(-1), V[..., -spec.k:].flip(-1)
+    else:
+        w, V = w[..., :spec.k], V[..., :spec.k]
+    return w.clone(), _fix_signs(V)
+
+
 class EigshFunction(torch.autograd.Function):
     """``(w, V, split) = eigsh(A, k, B)`` for one (unbatched) problem; ``split`` (a non-differentiable
     bool mask over the k pairs) marks the kept pairs of a degenerate cluster that ``k`` cuts."""
 
     @staticmethod
     def forward(spec, A, B, *params):
-        if isinstance(A, torch.Tensor) and _dense(A) and _checks.is_traced(A):  # meta, fake: shapes only
-            w, V = torch.linalg.eigh(A) if B is None else torch.linalg.eigh(A + B)
-            idx = slice(-spec.k, None) if spec.largest else slice(0, spec.k)
-            return w[..., idx].clone(), V[..., idx].clone(), _Cut(()), None  # no info without values
+        if isinstance(A, torch.Tensor) and _dense(A) and _checks.is_traced(A):
+            # meta, fake: no values for the partial solvers; a compiler runs what is traced here, so it
+            # is the dense solution itself, in eigsh's order and sign convention
+            return (*_dense_traced(spec, A, B), _Cut(()), None)  # no info without values
         opA, opB = _operator(spec, A, B, params)
         w, V, info = partial_eigh(opA, spec.k, opB, largest=spec.largest, tol=spec.tol, maxiter=spec.maxiter)
         (V,) = _degeneracy.generic_basis(w, V)  # a generic basis of exactly degenerate kept eigenspaces

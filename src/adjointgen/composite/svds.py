@@ -82,10 +82,19 @@ class _SvdsCore(torch.autograd.Function):
     def forward(A, k, largest, tol, maxiter):
         from ..runtime.checks import is_traced
 
-        if is_traced(A):  # meta, fake: shapes only
+        if is_traced(A):
+            # meta, fake: no values for the partial solvers; a compiler runs what is traced here, so it is
+            # the dense solution, in svds' order (descending when largest, else ascending) and with the
+            # partial solver's signs (the largest entry of each right vector positive)
             U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-            idx = slice(0, k) if largest else slice(-k, None)
-            return U[..., idx].clone(), S[..., idx].clone(), Vh.mT[..., idx].clone(), None, None, _Cut(())
+            if largest:
+                U, S, V = U[..., :k], S[..., :k], Vh.mT[..., :k]
+            else:
+                U, S, V = U[..., -k:].flip(-1), S[..., -k:].flip(-1), Vh.mT[..., -k:].flip(-1)
+            index = V.abs().argmax(dim=-2, keepdim=True)
+            sign = torch.sign(torch.gather(V, -2, index))
+            sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+            return (U * sign).clone(), S.clone(), (V * sign).clone(), None, None, _Cut(())
         n = A.shape[-1]
         gram = None
         if n <= GRAM_MAX_N:
