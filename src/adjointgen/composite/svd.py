@@ -117,7 +117,7 @@ class SvdFullFunction(torch.autograd.Function):
         # wide: A^H = V S U^H with V = [V1 V2] tall; U square
         V = Vh.mH
         gV = gVh.mH
-        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:], A=A.mH).mH
+        return _tall_vjp(V[..., :k], S, U, V[..., k:], gV[..., :k], gS, gU, gV[..., k:], A=A.mH).mH.resolve_conj()
 
     @staticmethod
     @_nested_forward
