@@ -91,7 +91,7 @@ def _dense_traced(spec, A, B):
     the Cholesky factor of ``B``), with no value read on the host: what ``torch.compile`` traces and
     runs (the partial solvers decide on values).  The order (descending when ``largest``) and the
     signs (the largest entry of each vector real and positive) are the partial solvers'."""
-    from ..runtime.eigsolvers.common import _fix_signs
+    from ..runtime.eigsolvers.common import fix_signs
 
     if B is None:
         w, V = torch.linalg.eigh(A)
@@ -104,7 +104,7 @@ def _dense_traced(spec, A, B):
         w, V = w[..., -spec.k:].flip(-1), V[..., -spec.k:].flip(-1)
     else:
         w, V = w[..., :spec.k], V[..., :spec.k]
-    return w.clone(), _fix_signs(V)
+    return w.clone(), fix_signs(V)
 
 
 class EigshFunction(torch.autograd.Function):

@@ -169,7 +169,7 @@ def _relative_residuals(
     return torch.linalg.vector_norm(R, dim=0) / scale.clamp_min(tiny)
 
 
-def _fix_signs(U: torch.Tensor) -> torch.Tensor:
+def fix_signs(U: torch.Tensor) -> torch.Tensor:
     """Make the largest-magnitude entry of every column positive (a deterministic gauge; for
     complex vectors the phase that makes it real and positive)."""
     index = U.abs().argmax(dim=0, keepdim=True)
@@ -180,6 +180,9 @@ def _fix_signs(U: torch.Tensor) -> torch.Tensor:
         return U * phase
     signs = torch.sign(pivot)
     return U * torch.where(signs == 0, torch.ones_like(signs), signs)
+
+
+_fix_signs = fix_signs
 
 
 def _order(w: torch.Tensor, U: torch.Tensor, largest: bool) -> tuple[torch.Tensor, torch.Tensor]:
