@@ -940,3 +940,26 @@ def _spectral_of(f, domain=None):
     if domain is not None:
         cond, text = scalar.compile_condition(domain, program)
     return _spectral.Spectral("funm", program, frechet=_funm.FRECHET, domain=cond, domain_text=text)
+
+
+def _catalogue() -> list[str]:
+    """Every generated operation with a public function that this module does not define by hand
+    (``adjointgen.generated.torch.<name>.<name>``, its checked public function): an operation is its
+    derivation file, and a new one appears here with no edit of this module."""
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module(f"{__package__}.generated.torch")
+    added = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name in globals():
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        public = getattr(module, info.name, None)
+        if callable(public) and hasattr(module, "RULES"):
+            globals()[info.name] = public
+            added.append(info.name)
+    return added
+
+
+__all__ += _catalogue()
