@@ -193,3 +193,30 @@ def eig_vjp_checked(w, V, gw, gV, cluster_rtol=None, broadening=None):
     t11 = eig_K_mul(xp, w, t6, part='none', hermitian=True, rtol=cluster_rtol)
     t12 = 1j * xp.imag(t2)
     return t10, t11, t12
+
+
+def eig_block_jvp(w, V, dA):
+    """BLOCK_JVP of eig for complex data, as derived:
+
+    ``block = V^-1 dA V``
+    """
+    xp = _array_module(w, V, dA)
+    # Total ops: matmul 1, solve 1
+    # block: derived at derivations/eig.py:85 (step 13: solve for dL)
+    t0 = xp.matmul(dA, V)
+    t1 = xp.linalg.solve(V, t0)
+    return t1
+
+
+def eig_block_vjp(w, V, gw_block):
+    """BLOCK_VJP of eig for complex data, as derived:
+
+    ``gA = (V^H)^-1 gw_block V^H``
+    """
+    xp = _array_module(w, V, gw_block)
+    # Total ops: matmul 1, solve 1, transpose 1
+    # gA: derived at derivations/eig.py:112 (step 40: VJP gA by transposing the JVP)
+    t0 = xp.conj(xp.swapaxes(V, -1, -2))
+    t1 = xp.matmul(gw_block, t0)
+    t2 = xp.linalg.solve(t0, t1)
+    return t2

@@ -235,3 +235,63 @@ def eigh_vjp_complex_checked(w, V, gw, gV, cluster_rtol=None, broadening=None):
     t6 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
     t7 = eigh_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
     return t5, t6, t7
+
+
+def eigh_block_jvp(w, V, dA):
+    """BLOCK_JVP of eigh, as derived:
+
+    ``block = sym(V^T dA V)``
+    """
+    xp = _array_module(w, V, dA)
+    # Total ops: matmul 2, transpose 1
+    # block: derived at derivations/eigh.py:69 (step 17: solve for dD) in derivations/_eigenspaces.py:37
+    t0 = xp.swapaxes(V, -1, -2)
+    t1 = xp.matmul(dA, V)
+    t2 = xp.matmul(t0, t1)
+    return t2
+
+
+def eigh_block_vjp(w, V, gw_block):
+    """BLOCK_VJP of eigh, as derived:
+
+    ``gA = sym(V sym(gw_block) V^T)``
+    """
+    xp = _array_module(w, V, gw_block)
+    # Total ops: matmul 2, sym 2, transpose 1
+    # gA: derived at derivations/eigh.py:77 (step 41: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.swapaxes(gw_block, -1, -2))
+    t1 = 0.5 * (t0 + xp.swapaxes(t0, -1, -2))
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    return t4
+
+
+def eigh_block_jvp_complex(w, V, dA):
+    """BLOCK_JVP of eigh for complex data, as derived:
+
+    ``block = sym(V^H dA V)``
+    """
+    xp = _array_module(w, V, dA)
+    # Total ops: matmul 2, transpose 1
+    # block: derived at derivations/eigh.py:69 (step 17: solve for dD) in derivations/_eigenspaces.py:37
+    t0 = xp.conj(xp.swapaxes(V, -1, -2))
+    t1 = xp.matmul(dA, V)
+    t2 = xp.matmul(t0, t1)
+    return t2
+
+
+def eigh_block_vjp_complex(w, V, gw_block):
+    """BLOCK_VJP of eigh for complex data, as derived:
+
+    ``gA = sym(V sym(gw_block) V^H)``
+    """
+    xp = _array_module(w, V, gw_block)
+    # Total ops: matmul 2, sym 2, transpose 1
+    # gA: derived at derivations/eigh.py:77 (step 41: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.conj(xp.swapaxes(gw_block, -1, -2)))
+    t1 = 0.5 * (t0 + xp.conj(xp.swapaxes(t0, -1, -2)))
+    t2 = xp.conj(xp.swapaxes(V, -1, -2))
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    return t4

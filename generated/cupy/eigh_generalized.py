@@ -341,3 +341,87 @@ def eigh_generalized_vjp_complex_checked(w, V, gw, gV, cluster_rtol=None, broade
     t23 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
     t24 = eigh_generalized_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
     return t5, t22, t23, t24
+
+
+def eigh_generalized_block_jvp(w, V, dA, dB):
+    """BLOCK_JVP of eigh_generalized, as derived:
+
+    ``block = sym(V^T dA V) - sym(V^T dB V) diag(w)``
+    """
+    xp = _array_module(w, V, dA, dB)
+    # Total ops: add 1, matmul 3, scale_cols 1, transpose 1
+    # block: derived at derivations/eigh_generalized.py:114 (step 31: solve for dD)
+    t0 = xp.swapaxes(V, -1, -2)
+    t1 = xp.matmul(dA, V)
+    t2 = V * w[..., None, :]
+    t3 = xp.matmul(dB, t2)
+    t4 = t1 - t3
+    t5 = xp.matmul(t0, t4)
+    return t5
+
+
+def eigh_generalized_block_vjp(w, V, gw_block):
+    """BLOCK_VJP of eigh_generalized, as derived:
+
+    ``gA = sym(V sym(gw_block) V^T)``
+
+    ``gB = -sym(V sym(gw_block diag(w)) V^T)``
+    """
+    xp = _array_module(w, V, gw_block)
+    # Total ops: matmul 4, scale 1, scale_cols 1, sym 4, transpose 1
+    # gA: derived at derivations/eigh_generalized.py:132 (step 60: VJP gA by transposing the JVP)
+    # gB: derived at derivations/eigh_generalized.py:132 (step 62: VJP gB by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.swapaxes(gw_block, -1, -2))
+    t1 = 0.5 * (t0 + xp.swapaxes(t0, -1, -2))
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    t5 = gw_block * w[..., None, :]
+    t6 = 0.5 * (t5 + xp.swapaxes(t5, -1, -2))
+    t7 = 0.5 * (t6 + xp.swapaxes(t6, -1, -2))
+    t8 = -V
+    t9 = xp.matmul(t7, t2)
+    t10 = xp.matmul(t8, t9)
+    return t4, t10
+
+
+def eigh_generalized_block_jvp_complex(w, V, dA, dB):
+    """BLOCK_JVP of eigh_generalized for complex data, as derived:
+
+    ``block = sym(V^H dA V) - sym(V^H dB V) diag(w)``
+    """
+    xp = _array_module(w, V, dA, dB)
+    # Total ops: add 1, matmul 3, scale_cols 1, transpose 1
+    # block: derived at derivations/eigh_generalized.py:114 (step 31: solve for dD)
+    t0 = xp.conj(xp.swapaxes(V, -1, -2))
+    t1 = xp.matmul(dA, V)
+    t2 = V * w[..., None, :]
+    t3 = xp.matmul(dB, t2)
+    t4 = t1 - t3
+    t5 = xp.matmul(t0, t4)
+    return t5
+
+
+def eigh_generalized_block_vjp_complex(w, V, gw_block):
+    """BLOCK_VJP of eigh_generalized for complex data, as derived:
+
+    ``gA = sym(V sym(gw_block) V^H)``
+
+    ``gB = -sym(V sym(gw_block diag(w)) V^H)``
+    """
+    xp = _array_module(w, V, gw_block)
+    # Total ops: matmul 4, scale 1, scale_cols 1, sym 4, transpose 1
+    # gA: derived at derivations/eigh_generalized.py:132 (step 60: VJP gA by transposing the JVP)
+    # gB: derived at derivations/eigh_generalized.py:132 (step 62: VJP gB by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.conj(xp.swapaxes(gw_block, -1, -2)))
+    t1 = 0.5 * (t0 + xp.conj(xp.swapaxes(t0, -1, -2)))
+    t2 = xp.conj(xp.swapaxes(V, -1, -2))
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    t5 = gw_block * w[..., None, :]
+    t6 = 0.5 * (t5 + xp.conj(xp.swapaxes(t5, -1, -2)))
+    t7 = 0.5 * (t6 + xp.conj(xp.swapaxes(t6, -1, -2)))
+    t8 = -V
+    t9 = xp.matmul(t7, t2)
+    t10 = xp.matmul(t8, t9)
+    return t4, t10

@@ -417,3 +417,87 @@ def eigsh_generalized_vjp_complex_checked(A, B, w, V, gw, gV, cluster_rtol=None,
     t32 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
     t33 = eigsh_generalized_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
     return t10, t31, t32, t33
+
+
+def eigsh_generalized_block_jvp(A, B, w, V, dA, dB):
+    """BLOCK_JVP of eigsh_generalized, as derived:
+
+    ``block = sym(V^T dA V) - sym(V^T dB V) diag(w)``
+    """
+    xp = _array_module(A, B, w, V, dA, dB)
+    # Total ops: add 1, matmul 3, scale_cols 1, transpose 1
+    # block: derived at derivations/eigsh_generalized.py:96 (step 21: solve for dD)
+    t0 = xp.swapaxes(V, -1, -2)
+    t1 = xp.matmul(dA, V)
+    t2 = V * w[..., None, :]
+    t3 = xp.matmul(dB, t2)
+    t4 = t1 - t3
+    t5 = xp.matmul(t0, t4)
+    return t5
+
+
+def eigsh_generalized_block_vjp(A, B, w, V, gw_block):
+    """BLOCK_VJP of eigsh_generalized, as derived:
+
+    ``gA = sym(V sym(gw_block) V^T)``
+
+    ``gB = -sym(V sym(gw_block diag(w)) V^T)``
+    """
+    xp = _array_module(A, B, w, V, gw_block)
+    # Total ops: matmul 4, scale 1, scale_cols 1, sym 4, transpose 1
+    # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
+    # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.swapaxes(gw_block, -1, -2))
+    t1 = 0.5 * (t0 + xp.swapaxes(t0, -1, -2))
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    t5 = gw_block * w[..., None, :]
+    t6 = 0.5 * (t5 + xp.swapaxes(t5, -1, -2))
+    t7 = 0.5 * (t6 + xp.swapaxes(t6, -1, -2))
+    t8 = -t7
+    t9 = xp.matmul(t8, t2)
+    t10 = xp.matmul(V, t9)
+    return t4, t10
+
+
+def eigsh_generalized_block_jvp_complex(A, B, w, V, dA, dB):
+    """BLOCK_JVP of eigsh_generalized for complex data, as derived:
+
+    ``block = sym(V^H dA V) - sym(V^H dB V) diag(w)``
+    """
+    xp = _array_module(A, B, w, V, dA, dB)
+    # Total ops: add 1, matmul 3, scale_cols 1, transpose 1
+    # block: derived at derivations/eigsh_generalized.py:96 (step 21: solve for dD)
+    t0 = xp.conj(xp.swapaxes(V, -1, -2))
+    t1 = xp.matmul(dA, V)
+    t2 = V * w[..., None, :]
+    t3 = xp.matmul(dB, t2)
+    t4 = t1 - t3
+    t5 = xp.matmul(t0, t4)
+    return t5
+
+
+def eigsh_generalized_block_vjp_complex(A, B, w, V, gw_block):
+    """BLOCK_VJP of eigsh_generalized for complex data, as derived:
+
+    ``gA = sym(V sym(gw_block) V^H)``
+
+    ``gB = -sym(V sym(gw_block diag(w)) V^H)``
+    """
+    xp = _array_module(A, B, w, V, gw_block)
+    # Total ops: matmul 4, scale 1, scale_cols 1, sym 4, transpose 1
+    # gA: derived at derivations/eigsh_generalized.py:127 (step 56: VJP gA by transposing the JVP)
+    # gB: derived at derivations/eigsh_generalized.py:127 (step 59: VJP gB by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.conj(xp.swapaxes(gw_block, -1, -2)))
+    t1 = 0.5 * (t0 + xp.conj(xp.swapaxes(t0, -1, -2)))
+    t2 = xp.conj(xp.swapaxes(V, -1, -2))
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    t5 = gw_block * w[..., None, :]
+    t6 = 0.5 * (t5 + xp.conj(xp.swapaxes(t5, -1, -2)))
+    t7 = 0.5 * (t6 + xp.conj(xp.swapaxes(t6, -1, -2)))
+    t8 = -t7
+    t9 = xp.matmul(t8, t2)
+    t10 = xp.matmul(V, t9)
+    return t4, t10

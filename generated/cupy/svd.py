@@ -927,3 +927,63 @@ def svd_vjp_complex_checked_square_U_V(U, S, V, gU, gS, gV, cluster_rtol=None, b
     t14 = t12 + t13
     t15 = svd_K_mul(xp, S, t4, part='skew', hermitian=True, rtol=cluster_rtol)
     return t11, t14, t15
+
+
+def svd_block_jvp(U, S, V, dA):
+    """BLOCK_JVP of svd, as derived:
+
+    ``block = sym(U^T dA V)``
+    """
+    xp = _array_module(U, S, V, dA)
+    # Total ops: matmul 2, sym 1, transpose 1
+    # block: derived at derivations/svd.py:88 (step 49: solve for dS) in derivations/_singular_spaces.py:71
+    t0 = xp.swapaxes(U, -1, -2)
+    t1 = xp.matmul(t0, dA)
+    t2 = xp.matmul(t1, V)
+    t3 = 0.5 * (t2 + xp.swapaxes(t2, -1, -2))
+    return t3
+
+
+def svd_block_vjp(U, S, V, gS_block):
+    """BLOCK_VJP of svd, as derived:
+
+    ``gA = U sym(gS_block) V^T``
+    """
+    xp = _array_module(U, S, V, gS_block)
+    # Total ops: matmul 2, sym 1, transpose 1
+    # gA: derived at derivations/svd.py:121 (step 119: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gS_block + xp.swapaxes(gS_block, -1, -2))
+    t1 = xp.swapaxes(V, -1, -2)
+    t2 = xp.matmul(t0, t1)
+    t3 = xp.matmul(U, t2)
+    return t3
+
+
+def svd_block_jvp_complex(U, S, V, dA):
+    """BLOCK_JVP of svd for complex data, as derived:
+
+    ``block = sym(U^H dA V)``
+    """
+    xp = _array_module(U, S, V, dA)
+    # Total ops: matmul 2, sym 1, transpose 1
+    # block: derived at derivations/svd.py:88 (step 49: solve for dS) in derivations/_singular_spaces.py:71
+    t0 = xp.conj(xp.swapaxes(U, -1, -2))
+    t1 = xp.matmul(t0, dA)
+    t2 = xp.matmul(t1, V)
+    t3 = 0.5 * (t2 + xp.conj(xp.swapaxes(t2, -1, -2)))
+    return t3
+
+
+def svd_block_vjp_complex(U, S, V, gS_block):
+    """BLOCK_VJP of svd for complex data, as derived:
+
+    ``gA = U sym(gS_block) V^H``
+    """
+    xp = _array_module(U, S, V, gS_block)
+    # Total ops: matmul 2, sym 1, transpose 1
+    # gA: derived at derivations/svd.py:121 (step 119: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gS_block + xp.conj(xp.swapaxes(gS_block, -1, -2)))
+    t1 = xp.conj(xp.swapaxes(V, -1, -2))
+    t2 = xp.matmul(t0, t1)
+    t3 = xp.matmul(U, t2)
+    return t3

@@ -259,3 +259,63 @@ def eigsh_vjp_complex_checked(A, w, V, gw, gV, cluster_rtol=None, broadening=Non
     t11 = 1j * xp.diagonal(t1, axis1=-2, axis2=-1).imag
     t12 = eigsh_K_mul(xp, w, t1, part='skew', hermitian=True, rtol=cluster_rtol)
     return t10, t11, t12
+
+
+def eigsh_block_jvp(A, w, V, dA):
+    """BLOCK_JVP of eigsh, as derived:
+
+    ``block = sym(V^T dA V)``
+    """
+    xp = _array_module(A, w, V, dA)
+    # Total ops: matmul 2, transpose 1
+    # block: derived at derivations/eigsh.py:82 (step 15: solve for dD)
+    t0 = xp.swapaxes(V, -1, -2)
+    t1 = xp.matmul(dA, V)
+    t2 = xp.matmul(t0, t1)
+    return t2
+
+
+def eigsh_block_vjp(A, w, V, gw_block):
+    """BLOCK_VJP of eigsh, as derived:
+
+    ``gA = sym(V sym(gw_block) V^T)``
+    """
+    xp = _array_module(A, w, V, gw_block)
+    # Total ops: matmul 2, sym 2, transpose 1
+    # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.swapaxes(gw_block, -1, -2))
+    t1 = 0.5 * (t0 + xp.swapaxes(t0, -1, -2))
+    t2 = xp.swapaxes(V, -1, -2)
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    return t4
+
+
+def eigsh_block_jvp_complex(A, w, V, dA):
+    """BLOCK_JVP of eigsh for complex data, as derived:
+
+    ``block = sym(V^H dA V)``
+    """
+    xp = _array_module(A, w, V, dA)
+    # Total ops: matmul 2, transpose 1
+    # block: derived at derivations/eigsh.py:82 (step 15: solve for dD)
+    t0 = xp.conj(xp.swapaxes(V, -1, -2))
+    t1 = xp.matmul(dA, V)
+    t2 = xp.matmul(t0, t1)
+    return t2
+
+
+def eigsh_block_vjp_complex(A, w, V, gw_block):
+    """BLOCK_VJP of eigsh for complex data, as derived:
+
+    ``gA = sym(V sym(gw_block) V^H)``
+    """
+    xp = _array_module(A, w, V, gw_block)
+    # Total ops: matmul 2, sym 2, transpose 1
+    # gA: derived at derivations/eigsh.py:111 (step 47: VJP gA by transposing the JVP)
+    t0 = 0.5 * (gw_block + xp.conj(xp.swapaxes(gw_block, -1, -2)))
+    t1 = 0.5 * (t0 + xp.conj(xp.swapaxes(t0, -1, -2)))
+    t2 = xp.conj(xp.swapaxes(V, -1, -2))
+    t3 = xp.matmul(t1, t2)
+    t4 = xp.matmul(V, t3)
+    return t4

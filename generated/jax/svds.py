@@ -227,3 +227,39 @@ def svds_vjp_checked(A, U, S, V, gU, gS, gV, cluster_rtol=None, broadening=None)
     t28 = t24 + t27
     t29 = svds_K_mul(xp, S, t6, part='skew', rtol=cluster_rtol)
     return t28, t29
+
+
+def svds_block_jvp(A, U, S, V, dA):
+    """BLOCK_JVP of svds, as derived:
+
+    ``block = 1/2 U^T dA V + 1/2 V^T dA^T U``
+    """
+    xp = _array_module(A, U, S, V, dA)
+    # Total ops: add 1, matmul 2, scale 2, transpose 2
+    # block: derived at derivations/svds.py:64 (step 46: solve for dS) in derivations/_singular_spaces.py:71
+    t0 = xp.swapaxes(U, -1, -2)
+    t1 = xp.matmul(t0, dA)
+    t2 = xp.matmul(t1, V)
+    t3 = 1/2 * t2
+    t4 = xp.swapaxes(t2, -1, -2)
+    t5 = 1/2 * t4
+    t6 = t3 + t5
+    return t6
+
+
+def svds_block_vjp(A, U, S, V, gS_block):
+    """BLOCK_VJP of svds, as derived:
+
+    ``gA = 1/2 U gS_block V^T + 1/2 U gS_block^T V^T``
+    """
+    xp = _array_module(A, U, S, V, gS_block)
+    # Total ops: add 1, matmul 2, scale 2, transpose 2
+    # gA: derived at derivations/svds.py:106 (step 109: VJP gA by transposing the JVP)
+    t0 = 1/2 * gS_block
+    t1 = xp.swapaxes(gS_block, -1, -2)
+    t2 = 1/2 * t1
+    t3 = t0 + t2
+    t4 = xp.swapaxes(V, -1, -2)
+    t5 = xp.matmul(t3, t4)
+    t6 = xp.matmul(U, t5)
+    return t6

@@ -12,6 +12,7 @@ expressions involved); this module owns *how*: :func:`numeric` evaluates it on o
 - ``adjoint``: a projection is self-adjoint, ``<G, P(X)> = <P(G), X>``, on random matrices;
 - ``gauge``: ``<R, Θ> = Σ <g_out, d_out(Θ)>`` for the gauge residual ``R``;
 - ``second_order``: the second-order rule against a central difference of the derived VJP;
+- ``value_block``: the block whose diagonal is a diagonal output's tangent, and its transposition;
 - ``directions``: the JVP along an unstructured tangent of a symmetric input against central
   differences of the sampler's general forward (``Derivation.general_directions``).
 
@@ -284,6 +285,34 @@ def _directions(spec, ctx, name):
     return worst, scale
 
 
+def _value_block(spec, ctx, block, vjp, cotangent, dD):
+    """``diag(X)`` against the values' JVP, and ``<M, X(d_in)> = Σ <g_in(M), d_in>`` for a random
+    block cotangent ``M`` (the transposition of the block map)."""
+    import zlib
+
+    from ..calculus.nodes import DiagPart
+
+    got = evaluate(DiagPart(block), ctx.env, ctx.dims)
+    want = evaluate(dD, ctx.env, ctx.dims)
+    first = _frob(got - want) / max(_frob(want), _frob(got), np.finfo(float).tiny)
+    X = evaluate(block, ctx.env, ctx.dims)
+    rng = np.random.default_rng(zlib.crc32(cotangent.encode()))
+    M = rng.standard_normal(np.shape(X))
+    if np.iscomplexobj(X) or _is_complex_env(ctx.env):
+        M = M + 1j * rng.standard_normal(np.shape(X))
+    env = dict(ctx.env)
+    env[cotangent] = M
+    lhs = float(np.real(np.vdot(M, X)))
+    rhs, parts = 0.0, [abs(lhs)]
+    for s in spec.inputs:
+        g = evaluate(vjp["g" + s.name], env, ctx.dims)
+        v = float(np.real(np.vdot(g, ctx.env["d" + s.name])))
+        rhs += v
+        parts.append(abs(v))
+    second = abs(lhs - rhs) / max(sum(parts), np.finfo(float).tiny)
+    return max(first, second), 1.0
+
+
 def _is_complex_env(env) -> bool:
     return any(isinstance(v, np.ndarray) and np.iscomplexobj(v) for v in env.values())
 
@@ -295,5 +324,6 @@ _KINDS = {
     "adjoint": _adjoint,
     "gauge": _gauge,
     "second_order": _second_order,
+    "value_block": _value_block,
     "directions": _directions,
 }

@@ -172,6 +172,14 @@ def _instances(d: OperationSpec, seed: int):
         for T in d.gauge_parameters:
             shape = tuple(int(x.xreplace(dims)) for x in T.shape)
             env[T.name] = _random_structured(rng, shape, T.name, d.structure, complex_)
+        for name, block in getattr(d, "value_blocks", {}).items():  # a block cotangent (its own stream)
+            import zlib
+
+            D = next(o for o in d.outputs if o.name == name)
+            shape = tuple(int(x.xreplace(dims)) for x in D.shape)
+            brng = np.random.default_rng(zlib.crc32(block.cotangent.encode()) + len(cot))
+            M = brng.standard_normal(shape) + (1j * brng.standard_normal(shape) if complex_ else 0)
+            env[block.cotangent] = (M + M.conj().T) / 2
         ctx = _Context(env, dims, d.structure, cot)
         ctx.definitions = {sym.name: definition for sym, definition in d.introduced}
         yield ctx

@@ -214,6 +214,23 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class ValueBlock:
+    """How the values of a diagonal output with clusters move as a block (see
+    :meth:`Derivation.derive_vjp`): ``jvp`` gives the block ``X`` whose diagonal is the values'
+    tangent (``dD = diag(X)``, ``X = sym(U^T dA U)`` for eigh), ``vjp`` its transposition from a
+    block cotangent ``M`` to the input cotangents; ``real_*`` a complex derivation's on real data.
+    At a cluster of equal values a second derivative moves them as the eigenvalues of the block
+    (:mod:`adjointgen.runtime.value_blocks`), which a cotangent of the value vector cannot carry."""
+
+    values: str
+    cotangent: str
+    jvp: "Rule"
+    vjp: "Rule"
+    real_jvp: "Rule | None" = None
+    real_vjp: "Rule | None" = None
+
+
+@dataclass(frozen=True)
 class SecondOrder:
     """The second derivative of a spectral function's VJP (see :meth:`Derivation.second_order`).
 
@@ -334,6 +351,8 @@ class Derivation:
         self.second: SecondOrder | None = None
         #: input cotangent name -> (L, R) with ``g = L R^T`` (``derive_vjp(lowrank=k)``)
         self.vjp_factors: dict[str, tuple] = {}
+        #: diagonal output name -> how its values move as a block at clusters (``derive_vjp``)
+        self.value_blocks: dict[str, ValueBlock] = {}
         #: dimension name -> size of the explicit matrices of the symbolic replay (default 3 and 2):
         #: ``d.symbolic_sizes = {"m": 3, "n": 2}`` keeps long products of generic matrices cheap
         self.symbolic_sizes: dict[str, int] = {}
@@ -1876,6 +1895,56 @@ class Derivation:
         for g in self.gauges:
             if all(name in self.cotangents for name in g.directions):  # a gauge of outputs with rules
                 self._gauge_residual(g)
+        self._value_blocks()
+
+    def _value_blocks(self):
+        """For each diagonal output with declared clusters whose JVP reads a diagonal part
+        (``dD = diag(X)``, ``dD = diag(X) - diag(Y) D``): the block that diagonal is taken of
+        (``X - Y D``), and the transposition of that map to the input cotangents.  Inside a cluster
+        of equal values ``Y D`` is ``d_c Y``, so the block is the matrix whose eigenvalues the
+        cluster's values are to first order: a second derivative at the cluster moves them as it does
+        (:mod:`adjointgen.runtime.value_blocks`), from rules derived here instead of typed there.
+
+        Records: a ``value_block`` step per output (numeric: ``diag(X)`` against the JVP of ``D``, and
+        the dot-product identity of the transposition with a random block cotangent; symbolic: the
+        same two on explicit matrices)."""
+        in_tangents = {self.tangents[s.name].name for s in self.inputs}
+        for indicator in sorted(self.cluster_meaning):
+            D_name = self.pairwise[indicator].diagonal_of
+            t = self.tangents[D_name].name
+            dD = self.jvp.raw.get(t) if self.jvp is not None else None
+            if dD is None or not dD.has(DiagPart) or D_name in self.value_blocks:
+                continue
+            block = dD.replace(lambda e: isinstance(e, DiagPart), lambda e: e.arg)
+            if block.has(DiagPart):
+                continue
+            block = self._norm(block)
+            D = next(o for o in self.outputs if o.name == D_name)
+            M = MatrixSymbol("g" + D_name + "_block", *D.shape)
+            parts = algebra.transpose_linear(block, in_tangents, M, self.structure)
+            vjp_raw = {}
+            for s in self.inputs:
+                terms = parts.get(self.tangents[s.name].name, [])
+                total = sp.MatAdd(*terms) if len(terms) > 1 else (terms[0] if terms else ZeroMatrix(*s.shape))
+                if s.name in self.symmetric_inputs:
+                    total = Sym(total)
+                vjp_raw["g" + s.name] = self._norm(total)
+            label = f"the values of {D_name} as a block: d{D_name} = diag({block})"
+            self._register_conjugates([block, *vjp_raw.values()])
+            self._record("value_block", label, Equation(DiagPart(block), dD),
+                         check=Check("value_block", (block, dict(vjp_raw), M.name, dD)),
+                         symbolic=_same_value_symbolic(DiagPart(block), dD),
+                         note="diag(X) against the JVP of the values; the transposition by the dot-product identity")
+            jvp_rule = Rule({t: block}, {t: algebra.simplify_for_codegen(block, self.structure)}, {})
+            vjp_rule = Rule(vjp_raw, {k: algebra.simplify_for_codegen(v, self.structure) for k, v in vjp_raw.items()}, {})
+            real_jvp = real_vjp = None
+            if self.structure.complex and not self.structure.complex_diagonal:
+                real = self.structure.real()
+                rj = {k: normalize(v, real) for k, v in jvp_rule.raw.items()}
+                rv = {k: normalize(v, real) for k, v in vjp_rule.raw.items()}
+                real_jvp = Rule(rj, {k: algebra.simplify_for_codegen(v, real) for k, v in rj.items()}, {})
+                real_vjp = Rule(rv, {k: algebra.simplify_for_codegen(v, real) for k, v in rv.items()}, {})
+            self.value_blocks[D_name] = ValueBlock(D_name, M.name, jvp_rule, vjp_rule, real_jvp, real_vjp)
 
     def _adjoint_steps(self):
         """The transposition treats the projections ``diag``, ``sym``, ``skew``, ``Φ``, ``tril₋`` as

@@ -101,6 +101,8 @@ class OperationSpec:
     #: input cotangent name -> (L, R) with ``g = L R^T`` (``derive_vjp(lowrank=k)``)
     vjp_factors: Mapping[str, tuple[sp.MatrixExpr, sp.MatrixExpr]]
     second: object  # SecondOrder | None
+    #: diagonal output name -> ``ValueBlock``: how its values move as a block at clusters
+    value_blocks: Mapping[str, object]
     partial_rules: bool
     sampler: Callable | None
     audit_dims: tuple[Mapping[str, int], ...]
@@ -172,7 +174,8 @@ def freeze(d) -> OperationSpec:
         cluster_meaning=_frozen_map(d.cluster_meaning),
         cluster_completion=_frozen_map(d.cluster_completion, lambda v: tuple(v) if not isinstance(v, str) else v),
         steps=tuple(d.steps), jvp=d.jvp, vjp=d.vjp, real_jvp=d.real_jvp, real_vjp=d.real_vjp, variants=tuple(d.variants),
-        vjp_factors=_frozen_map(d.vjp_factors, tuple), second=d.second, partial_rules=bool(d.partial_rules),
+        vjp_factors=_frozen_map(d.vjp_factors, tuple), second=d.second, value_blocks=_frozen_map(d.value_blocks, lambda v: v),
+        partial_rules=bool(d.partial_rules),
         sampler=d.sampler, audit_dims=tuple(_frozen_map(x) for x in d.audit_dims), instances_line=d.instances_line,
         symbolic_sizes=_frozen_map(d.symbolic_sizes or {}), error=d.error,
     )

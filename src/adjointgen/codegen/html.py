@@ -191,7 +191,7 @@ KINDS = {
     "solve_hadamard": "solve entrywise", "combine_pairwise": "combine pairwise factors", "subtract": "subtract",
     "second_order": "second-order rule", "adjoint": "self-adjoint projection",
     "isolate": "isolate", "add": "add", "same": "two routes meet", "jvp": "JVP", "rewrite": "rewrite for code",
-    "specialize": "real specialisation", "square": "square shapes", "directions": "general directions", "project": "project", "lowrank": "low-rank factors", "error": "error",
+    "specialize": "real specialisation", "square": "square shapes", "directions": "general directions", "value_block": "value block", "project": "project", "lowrank": "low-rank factors", "error": "error",
     "triangular": "triangular projection", "lower_part": "triangular projection",
 }
 

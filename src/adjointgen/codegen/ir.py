@@ -413,6 +413,25 @@ class VariantIR:
 
 
 @dataclass(frozen=True)
+class BlockIR:
+    """How a diagonal output's values move as a block at clusters (``Derivation.derive_vjp``):
+    ``jvp`` maps the input tangents to the block, ``vjp`` a block cotangent to the input
+    cotangents (:class:`adjointgen.runtime.rules.ValueBlock`)."""
+
+    values: str
+    cotangent: str
+    inputs: tuple[str, ...]
+    jvp: RuleIR
+    vjp: RuleIR
+    jvp_complex: RuleIR | None = None
+    vjp_complex: RuleIR | None = None
+
+    @property
+    def rules(self) -> tuple[RuleIR, ...]:
+        return tuple(r for r in (self.jvp, self.vjp, self.jvp_complex, self.vjp_complex) if r is not None)
+
+
+@dataclass(frozen=True)
 class OperationIR:
     """Everything the templates need for one operation."""
 
@@ -465,6 +484,8 @@ class OperationIR:
     #: triangular outputs the rules invert, with their degree in the defining identity (checked for
     #: pivots at rounding level before the rules run)
     invertible: tuple[tuple[str, int], ...] = ()
+    #: how the values move as a block at clusters (second derivatives there), if they can
+    value_block: BlockIR | None = None
 
     @property
     def general_directions(self) -> "VariantIR | None":
@@ -486,7 +507,7 @@ class OperationIR:
         extra = (self.vjp_factors, self.jvp_complex, self.vjp_complex, *self.gauge_rules, self.vjp_checked,
                  self.vjp_complex_checked)
         return (self.jvp, self.vjp) + tuple(r for r in extra if r is not None) + tuple(
-            r for v in self.variants for r in v.rules)
+            r for v in self.variants for r in v.rules) + (self.value_block.rules if self.value_block else ())
 
     @property
     def uses_clusters(self) -> bool:

@@ -28,7 +28,7 @@ from sympy.printing.str import StrPrinter
 from ..calculus import algebra
 from ..calculus.spec import OperationSpec, Source, as_spec
 from ..calculus.nodes import DI, DJ, EngineNode, OperatorSolve, PairwiseMatrix, ScalarIdentity, Skew, Sym
-from .ir import (PAIRWISE_ROLE, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
+from .ir import (PAIRWISE_ROLE, BlockIR, ForwardIR, InputIR, InstanceIR, OperationIR, OutputIR, PairwiseFn, Param, PublicIR,
                  ResidualIR, RuleIR, Value, VariantIR)
 
 #: sizes used only to choose the order of matrix chains
@@ -667,6 +667,26 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             vjp_checked=square(rule("vjp", {**v_vjp.rewritten, **real_codes}, vjp_params, {**vjp_out, **out_real},
                                     {**v_vjp.raw, **real_raws}, complex_only, "_checked" + sfx) if real_codes else None),
         ))
+    value_block = None
+    for D_name, vb in sorted(d.value_blocks.items())[:1]:  # one diagonal output with clusters per operation
+        t = d.tangents[D_name].name
+        M = MatrixSymbol(vb.cotangent, *shapes[D_name])
+        block_params = {**{k: v for k, v in jvp_params.items() if v.role != "tangent"},
+                        **{k: v for k, v in jvp_params.items() if v.role == "tangent"}}
+        back_params = {**{k: v for k, v in vjp_params.items() if v.role != "cotangent"},
+                       vb.cotangent: Param("g" + api[D_name] + "_block", vb.cotangent, "matrix", "cotangent")}
+        block_out = {t: "block"}
+        back_out = {"g" + s.name: "g" + api[s.name] for s in d.inputs}
+        rj, rv = vb.real_jvp or vb.jvp, vb.real_vjp or vb.vjp
+        value_block = BlockIR(
+            values=api[D_name], cotangent="g" + api[D_name] + "_block", inputs=tuple(api[s.name] for s in d.inputs),
+            jvp=rule("block_jvp", rj.rewritten, block_params, block_out, rj.raw, complex_only),
+            vjp=rule("block_vjp", rv.rewritten, back_params, back_out, rv.raw, complex_only),
+            jvp_complex=(rule("block_jvp", vb.jvp.rewritten, block_params, block_out, vb.jvp.raw, True, "_complex")
+                         if vb.real_jvp is not None else None),
+            vjp_complex=(rule("block_vjp", vb.vjp.rewritten, back_params, back_out, vb.vjp.raw, True, "_complex")
+                         if vb.real_vjp is not None else None))
+        del M
     vjp_factors = None
     if d.vjp_factors:
         exprs, names = {}, {}
@@ -678,6 +698,7 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
     degenerate = any(p.name == "cluster_rtol" for r in (jvp, vjp, jvp_complex, vjp_complex, checked, checked_real,
                                                          *gauge_rules) if r is not None for p in r.params)
     return OperationIR(
+        value_block=value_block,
         invertible=_inverted_factors(d, api),
         name=d.name,
         title=d.title,

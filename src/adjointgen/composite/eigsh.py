@@ -218,8 +218,8 @@ def _backward(ctx, w, V, A, B, params, gw, gV):
     # a second derivative at a cluster moves its eigenvalues as a block (runtime.value_blocks)
     if not (_gauge.enabled() and _degeneracy.has_clusters(w)):
         return _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV)
-    with _value_blocks.second_order("eigsh_generalized" if generalized else "eigsh", dict(w=w, V=V, A=A, B=B),
-                                    gw, (gV,)) as prepared:
+    with _value_blocks.second_order("eigsh_generalized" if generalized else "eigsh", module.VALUE_BLOCK,
+                                    dict(w=w, V=V, A=A, B=B), gw, (gV,)) as prepared:
         gw, (gV,) = prepared.values_cotangent, prepared.cotangents
         args = (*args[:-2], gw, gV)
         out = _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params, w, V, gw, gV)

@@ -20,7 +20,8 @@ def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
     if not (check and A is not None and _degeneracy.has_clusters(S, rtol)):
         return _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check)
     # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)
-    with _value_blocks.second_order("svd", dict(U=U, S=S, V=V, A=A), gS, (gU, gV, gU2), rtol) as prepared:
+    with _value_blocks.second_order("svd", thin.RULES.block, dict(U=U, S=S, V=V, A=A), gS, (gU, gV, gU2),
+                                    rtol) as prepared:
         gS, (gU, gV, gU2) = prepared.values_cotangent, prepared.cotangents
         gA = _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check)
     return prepared.add((gA,))[0]

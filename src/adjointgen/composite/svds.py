@@ -168,7 +168,7 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
         if not (_gauge.enabled() and _degeneracy.has_clusters(S)):
             return rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
         # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)
-        with _value_blocks.second_order("svds", dict(U=U, S=S, V=V, A=A), gS, (gU, gV)) as prepared:
+        with _value_blocks.second_order("svds", rules.VALUE_BLOCK, dict(U=U, S=S, V=V, A=A), gS, (gU, gV)) as prepared:
             gS, (gU, gV) = prepared.values_cotangent, prepared.cotangents
             gA = rules.svds_vjp(GramView(A, gram=gram), U, S, V, gU, gS, gV)
         return prepared.add((gA,))[0]

@@ -25,9 +25,9 @@ import torch
 
 from . import checks, degeneracy, gauge, value_blocks
 from .function import nested_forward as _nested_forward
-from .rules import Call, Residual, Rules, Variant
+from .rules import Call, Residual, Rules, ValueBlock, Variant
 
-__all__ = ["Call", "Residual", "Rules", "Variant", "for_data", "jvp", "vjp"]
+__all__ = ["Call", "Residual", "Rules", "ValueBlock", "Variant", "for_data", "jvp", "vjp"]
 
 
 def for_data(data, real: Callable, complex_: Callable | None = None) -> Callable:
@@ -174,15 +174,16 @@ def _floor(residuals: tuple[Residual, ...], env: dict):
     return None
 
 
-def _second_order(op: str, env: dict, residuals: tuple[Residual, ...], rtol):
+def _second_order(rules: Rules, env: dict, residuals: tuple[Residual, ...], rtol):
     """:func:`value_blocks.second_order` around a rule call: the value cotangent (the split of the
     residual on values) and every cotangent the residuals read, replaced in ``env``."""
-    block = value_blocks.BLOCKS.get(op)
+    block = rules.block
     r = next((r for r in residuals if block is not None and r.vector == block.values and r.split is not None), None)
     if r is None:
         return None
     others = tuple(dict.fromkeys(c for q in residuals for c in q.cotangents if c != r.split))
-    return value_blocks.second_order(op, env, env[r.split], tuple(env[c] for c in others), rtol), r.split, others
+    return (value_blocks.second_order(rules.op, block, env, env[r.split], tuple(env[c] for c in others), rtol),
+            r.split, others)
 
 
 def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...]) -> tuple:
@@ -195,7 +196,7 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
             out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
             env.update(zip((*r.completes, r.split, *gs), out))
-    second = _second_order(rules.op, env, residuals, rtol) if broadening is None else None
+    second = _second_order(rules, env, residuals, rtol) if broadening is None else None
     if second is None:
         values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
     else:  # a second derivative at a cluster moves the values as a block (runtime.value_blocks)
@@ -204,7 +205,7 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
             env[split] = prepared.values_cotangent
             env.update(zip(others, prepared.cotangents))
             values = dict(zip((*rules.outputs, *(r.output for r in residuals)), call(env)))
-        inputs = value_blocks.BLOCKS[rules.op].inputs
+        inputs = rules.block.inputs
         values.update(zip(("g" + name for name in inputs), prepared.add(tuple(values["g" + name] for name in inputs))))
     floor = _floor(residuals, env)
     for r in residuals:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from .routes import taken
 
-__all__ = ["Call", "Residual", "Rules", "Variant"]
+__all__ = ["Call", "Residual", "Rules", "ValueBlock", "Variant"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,27 @@ def _square(x) -> bool:
 
 
 @dataclass(frozen=True)
+class ValueBlock:
+    """How an operation's values (``values``, the env name of the vector) move as a block at
+    clusters: ``jvp`` maps the tangents of ``inputs`` to the block whose diagonal is the values'
+    tangent, ``vjp`` a block cotangent (env name ``cotangent``) to the inputs' cotangents; both
+    derived (``Derivation.derive_vjp``), for :mod:`adjointgen.runtime.value_blocks`."""
+
+    values: str
+    cotangent: str
+    inputs: tuple[str, ...]
+    jvp: Call
+    vjp: Call
+    jvp_complex: Call | None = None
+    vjp_complex: Call | None = None
+
+    def calls(self, complex_: bool) -> tuple[Call, Call]:
+        if complex_ and self.jvp_complex is not None:
+            return self.jvp_complex, self.vjp_complex
+        return self.jvp, self.vjp
+
+
+@dataclass(frozen=True)
 class Rules:
     """An operation's rules as the autograd function dispatches them.  ``outputs``: the VJP's
     outputs (the input cotangents) in order; ``data``: the input whose dtype selects the complex
@@ -106,6 +127,8 @@ class Rules:
     #: triangular outputs the rules invert, with their degree in the defining identity (``A = L L^H``:
     #: 2): a pivot at rounding level leaves no correct digit
     invertible: tuple[tuple[str, int], ...] = ()
+    #: how the values move as a block at clusters (:class:`ValueBlock`), if they can
+    block: ValueBlock | None = None
 
     def for_shapes(self, env: dict) -> "Rules":
         """The rules for the arrays of ``env``: those of the variant with the most outputs that are

@@ -14,7 +14,9 @@ Here the backward of a rule at a cluster takes its pairwise products ``F ∘ X``
     d(F ∘ X) = F ∘ dX + P ∘ (dΛ X) + Q ∘ (X dΛ),   P = ∂q/∂d_i,  Q = ∂q/∂d_j,
 
 with ``dΛ`` the block-diagonal (diagonal and clusters) part of the operation's values' derivative
-as a matrix (:data:`BLOCKS`: ``V^H dA V`` for eigh, ``V^H (dA - w dB) V`` for the generalized
+as a matrix (the block whose diagonal is the values' tangent, derived with the operation's rules
+(``Derivation.derive_vjp``, :class:`~adjointgen.runtime.rules.ValueBlock`): ``V^H dA V`` for eigh,
+``V^H (dA - w dB) V`` for the generalized
 problem, the Hermitian part of ``U^H dA V`` for the SVD), and its transpose delivers the
 cotangent of the operation's inputs directly.  The value vector is read as a constant there.
 The operation's dispatch (:mod:`adjointgen.runtime.dispatch`) declares the block around the rule
@@ -41,7 +43,7 @@ import torch
 from .function import nested_forward as _nested_forward
 from .function import no_further_derivative
 
-__all__ = ["BLOCKS", "Block", "active_for", "add_diag", "block_term", "cut", "declared", "loss_curvature", "scale_cols",
+__all__ = ["Block", "active_for", "from_rules", "add_diag", "block_term", "cut", "declared", "loss_curvature", "scale_cols",
            "scale_rows", "second_order", "times"]
 
 
@@ -51,7 +53,8 @@ class Block:
     ``basis`` (the env names of the tensors the maps read, as constants), ``inputs`` (the env names
     of the inputs the block moves with), ``jvp(basis, *tangents) -> dΛ`` (a full matrix; its
     Hermitian part on the diagonal and the clusters is used) and ``vjp(basis, M) -> cotangents of
-    inputs`` for a Hermitian block-diagonal ``M``."""
+    inputs`` for a Hermitian block-diagonal ``M``: the derived rules of the operation's
+    :class:`~adjointgen.runtime.rules.ValueBlock` (:func:`from_rules`)."""
 
     values: str
     basis: tuple[str, ...]
@@ -60,28 +63,30 @@ class Block:
     vjp: Callable
 
 
-def _wbar(w):
-    return 0.5 * (w.unsqueeze(-1) + w.unsqueeze(-2))
+def from_rules(record, complex_: bool) -> Block:
+    """The :class:`Block` of a generated operation's :class:`~adjointgen.runtime.rules.ValueBlock`
+    (its derived block rules, complex or real)."""
+    jvp, vjp = record.calls(complex_)
+    tangents = tuple("d" + name for name in record.inputs)
+    basis = tuple(sorted({*jvp.args, *jvp.keywords, *vjp.args, *vjp.keywords} - set(tangents) - {record.cotangent}))
+
+    def forward(values, *dinputs):
+        return jvp({**dict(zip(basis, values)), **dict(zip(tangents, dinputs))})[0]
+
+    def backward(values, M):
+        if complex_ and not M.is_complex():  # the block of complex rules is Hermitian, not real
+            M = M.to(next(v.dtype for v in values if v.is_complex()))
+        return vjp({**dict(zip(basis, values)), record.cotangent: M})
+
+    return Block(record.values, basis, record.inputs, forward, backward)
 
 
-BLOCKS: dict[str, Block] = {
-    "eigh": Block("w", ("V",), ("A",),
-                  lambda b, dA: b[0].mH @ dA @ b[0],
-                  lambda b, M: (b[0] @ M @ b[0].mH,)),
-    "eigh_generalized": Block("w", ("V", "w"), ("A", "B"),
-                              lambda b, dA, dB: b[0].mH @ dA @ b[0] - (b[0].mH @ dB @ b[0]) * _wbar(b[1]),
-                              lambda b, M: (b[0] @ M @ b[0].mH, -(b[0] @ (M * _wbar(b[1])) @ b[0].mH))),
-    "eigsh": Block("w", ("V",), ("A",),
-                   lambda b, dA: b[0].mH @ dA @ b[0],
-                   lambda b, M: (b[0] @ M @ b[0].mH,)),
-    "eigsh_generalized": Block("w", ("V", "w"), ("A", "B"),
-                               lambda b, dA, dB: b[0].mH @ dA @ b[0] - (b[0].mH @ dB @ b[0]) * _wbar(b[1]),
-                               lambda b, M: (b[0] @ M @ b[0].mH, -(b[0] @ (M * _wbar(b[1])) @ b[0].mH))),
-    "svd": Block("S", ("U", "V"), ("A",),
-                 lambda b, dA: b[0].mH @ dA @ b[1],
-                 lambda b, M: (b[0] @ M @ b[1].mH,)),
-}
-BLOCKS["svds"] = BLOCKS["svd"]
+def _block(record, env: dict) -> Block | None:
+    if record is None:
+        return None
+    complex_ = any(isinstance(env.get(name), torch.Tensor) and env[name].is_complex()
+                   for name in (*record.inputs, record.values))
+    return from_rules(record, complex_)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,14 @@ class _Active:
     inputs: tuple  # the inputs the block moves with, with their history
     block: Block
     switch: "_Switch"  # on while a rule's own derivative in the values is read (cotangents cut)
+
+    @property
+    def dtype(self):
+        """The dtype of the block's maps (complex where any of their constants is)."""
+        dtype = self.values.dtype
+        for b in self.basis:
+            dtype = torch.promote_types(dtype, b.dtype)
+        return dtype
 
 
 class _Switch:
@@ -108,11 +121,12 @@ _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("adjoin
 
 
 @contextlib.contextmanager
-def declared(op: str, env: dict, rtol=None):
-    """Within this context, :func:`times` of ``op``'s values differentiates through the block (when
-    ``op`` has one, its inputs are dense tensors and grad mode is on: a second derivative is being
-    built); otherwise nothing changes."""
-    block = BLOCKS.get(op)
+def declared(record, env: dict, rtol=None):
+    """Within this context, :func:`times` of the operation's values differentiates through the block
+    (``record``, its :class:`~adjointgen.runtime.rules.ValueBlock`: when it has one, its inputs are
+    dense tensors and grad mode is on: a second derivative is being built); otherwise nothing
+    changes."""
+    block = _block(record, env)
     if block is None or not torch.is_grad_enabled() or not all(
             isinstance(env.get(name), torch.Tensor) and env[name].layout == torch.strided for name in block.inputs):
         yield
@@ -147,16 +161,17 @@ class Prepared:
 
 
 @contextlib.contextmanager
-def second_order(op: str, env: dict, values_cotangent, cotangents=(), rtol=None):
-    """Around the evaluation of ``op``'s rules in a backward: :func:`declared`, the value cotangent
-    through :func:`loss_curvature` and every cotangent through :func:`cut`.  Yields a
-    :class:`Prepared`.  Outside a second derivative at a cluster everything passes unchanged."""
-    with declared(op, env, rtol):
-        g, extra = loss_curvature(_unseen_curvature(op, env, values_cotangent, cotangents, rtol))
+def second_order(op: str, record, env: dict, values_cotangent, cotangents=(), rtol=None):
+    """Around the evaluation of ``op``'s rules in a backward (``record``: its
+    :class:`~adjointgen.runtime.rules.ValueBlock`): :func:`declared`, the value cotangent through
+    :func:`loss_curvature` and every cotangent through :func:`cut`.  Yields a :class:`Prepared`.
+    Outside a second derivative at a cluster everything passes unchanged."""
+    with declared(record, env, rtol):
+        g, extra = loss_curvature(_unseen_curvature(op, record, env, values_cotangent, cotangents, rtol))
         yield Prepared(cut(g), tuple(cut(c) for c in cotangents), extra)
 
 
-def _unseen_curvature(op: str, env: dict, gw, cotangents, rtol):
+def _unseen_curvature(op: str, record, env: dict, gw, cotangents, rtol):
     """``g_w``, made to raise when differentiated where :func:`loss_curvature` cannot read the
     loss's curvature: inside a ``torch.func`` transform (``jacrev(jacrev(f))``) the cotangent's
     dependence on the values belongs to an outer level, invisible here.  A loss of the values
@@ -169,7 +184,7 @@ def _unseen_curvature(op: str, env: dict, gw, cotangents, rtol):
 
     if not is_functorch_wrapped_tensor(gw):
         return gw
-    block = BLOCKS.get(op)
+    block = record
     if block is None:
         return gw
     from .checks import physical
@@ -295,7 +310,7 @@ def add_diag(X: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     dv = None if active is None else _direct_derivative(v, active)
     if dv is None:
         return plain(v)
-    D = torch.diag_embed(dv).to(active.basis[0].dtype)
+    D = torch.diag_embed(dv).to(active.dtype)
     return plain(_unmoved(v, dv, active)) + block_term(D, active).to(X.dtype)
 
 
@@ -399,8 +414,7 @@ def loss_curvature(gw):
     # commutator with the rounding -- would reach the next backward as a residual
     centred = (means.to(gw.dtype) @ gw.detach().unsqueeze(-1)).squeeze(-1)
     gw = gw + (centred - gw.detach())
-    basis_dtype = active.basis[0].dtype
-    D = (a.unsqueeze(-1) * means).to(basis_dtype)
+    D = (a.unsqueeze(-1) * means).to(active.dtype)
     term = _BlockTerm.apply(D, mask, _Meta(active.block, len(active.basis), curvature=True),
                             *active.basis, *active.inputs)
     extra = active.block.vjp(active.basis, term)
