@@ -170,12 +170,19 @@ class Replay:
     means; most steps are ``equal``: the new residual is an expression of the old ones
     (``M R``, ``R^T``, ``diag(R)``, ``-F ∘ R``, ...), stated with the engine's own nodes."""
 
-    kind: str  # equal, define, insert, differentiate, real, degenerate, divided, dot_product, adjoint, gauge
+    kind: str  # equal, define, substitute, unstructured, constrained, insert, differentiate, real, degenerate,
+    # invariant, divided, dot_product, adjoint, gauge, premise
     args: tuple = ()
 
 
 def _forward_check(d: "Derivation") -> Check:
     return Check("forward")
+
+
+def _premise(what: str) -> Replay:
+    """The replay of a step that rests on nothing earlier: an identity, a definition, the forward,
+    a gauge choice (what the derivation assumes; its numeric check compares it with the instances)."""
+    return Replay("premise", (what,))
 
 
 @dataclass(frozen=True)
@@ -527,7 +534,7 @@ class Derivation:
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
         check = _forward_check(self) if refs["numpy"] is not None else None
-        self._record("forward", label, None, check=check,
+        self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
                      note="the outputs of the declared NumPy forward satisfy every identity"
                      if check else "no NumPy forward declared: the torch forward is checked when code is generated")
 
@@ -753,7 +760,7 @@ class Derivation:
         is an assumption, not a consequence).
         """
         eq = self._eq(lhs, rhs)
-        self._record("identity", label, eq, check=_equation_check(eq))
+        self._record("identity", label, eq, check=_equation_check(eq), symbolic=_premise(f"an identity of {self.name}"))
         return eq
 
     # ------------------------------------------------------------------ steps
@@ -818,20 +825,56 @@ class Derivation:
         Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
         check: none (it uses an identity of the decomposition).
         """
-        lhs, n1 = algebra.substitute_product(eq.lhs, identity.lhs, identity.rhs, self.structure)
-        rhs, n2 = algebra.substitute_product(eq.rhs, identity.lhs, identity.rhs, self.structure)
+        patterns = [(identity.lhs, identity.rhs)]
         if transposed:
             pattern, value = self._norm(Transpose(identity.lhs)), self._norm(Transpose(identity.rhs))
             if pattern != self._norm(identity.lhs):
-                lhs, m1 = algebra.substitute_product(lhs, pattern, value, self.structure)
-                rhs, m2 = algebra.substitute_product(rhs, pattern, value, self.structure)
-                n1, n2 = n1 + m1, n2 + m2
-        if n1 + n2 == 0:
-            self._fail(label, f"pattern {identity.lhs} does not occur in {eq}")
+                patterns.append((pattern, value))
+        lhs, rhs, n = eq.lhs, eq.rhs, 0
+        for pattern, value in patterns:
+            lhs, n1 = self._substitute_product(label, lhs, pattern, value)
+            rhs, n2 = self._substitute_product(label, rhs, pattern, value)
+            n += n1 + n2
+        if n == 0:
+            self._fail(label, f"the pattern {identity.lhs} does not occur in {eq} (substitute replaces a product "
+                              "of factors, as written after the engine's normal form: "
+                              f"{self._norm(eq.lhs - eq.rhs)} = 0)")
         new = self._eq(lhs, rhs)
         self._record("substitute", label, new, check=_equation_check(new),
+                     symbolic=self._substitution_replay(eq, new, patterns, self._equation_label(identity)),
                      note=f"by {identity.lhs} = {identity.rhs}")
         return new
+
+    def _substitute_product(self, label, expr, pattern, value):
+        """:func:`algebra.substitute_product`, its errors reported at the step's line."""
+        try:
+            return algebra.substitute_product(expr, pattern, value, self.structure)
+        except DerivationError as exc:
+            self._fail(label, f"{exc}: substitute replaces one product of factors (such as U^T A) by the "
+                              "equation's other side; state the equation with that product alone on its left "
+                              "(or use replace() for a symbol)")
+
+    def _substitution_replay(self, eq, new, patterns, given: str, old_residual=None, new_residual=None) -> "Replay":
+        """The replay of a substitution: the old residual with every occurrence of each pattern
+        replaced by a fresh symbol is the old residual with the symbols set to the patterns, and the
+        new residual with them set to the replacements."""
+        old_res = eq.residual_expr if old_residual is None else old_residual
+        template = old_res
+        names = []
+        for i, (pattern, _) in enumerate(patterns):
+            z = MatrixSymbol(f"_sub{i}", *pattern.shape)
+            names.append(z.name)
+            template, _ = algebra.substitute_product(template, pattern, z, self.structure)
+        return Replay("substitute", (template, tuple(names), tuple(p for p, _ in patterns),
+                                     tuple(v for _, v in patterns), old_res,
+                                     new.residual_expr if new_residual is None else new_residual, given))
+
+    def _equation_label(self, eq: Equation) -> str:
+        """The label of the step that stated or produced ``eq`` (for a verdict: what it rests on)."""
+        for step in reversed(self.steps):
+            if step.equation is not None and step.equation == eq:
+                return f"step {step.index}: {step.label}"
+        return str(eq)
 
     def introduce(self, name: str, definition, *, skew_by: Equation | None = None, lower: bool = False,
                   upper: bool = False, label=None) -> MatrixSymbol:
@@ -850,7 +893,7 @@ class Derivation:
         sym = MatrixSymbol(name, *definition.shape)
         self.introduced.append((sym, definition))
         self._record("define", label, Equation(sym, self._norm(definition)),
-                     check=_equation_check(Equation(sym, self._norm(definition))))
+                     check=_equation_check(Equation(sym, self._norm(definition))), symbolic=_premise("a definition"))
         if lower or upper:
             side = "lower" if lower else "upper"
             terms = expand(definition, self.structure)
@@ -864,14 +907,16 @@ class Derivation:
                 self.structure.strict.add(name)
             eq = Equation(StrictlyLower(Transpose(sym)) if lower else StrictlyLower(sym), ZeroMatrix(*sym.shape))
             self._record("triangular", f"{name} is {side} triangular: a product of {side} triangular factors", eq,
-                         check=_equation_check(eq), note="the part on the other side of the diagonal vanishes")
+                         check=_equation_check(eq), note="the part on the other side of the diagonal vanishes",
+                         symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
             if self.structure.complex and tri[1] == "general" and all(
                     _real_diagonal_factor(f, self.structure) for f in terms[0][1]):
                 # the diagonal of a triangular product is the product of the diagonals
                 self.structure.real_diagonal.add(name)
                 eq = Equation(DiagPart(sym), DiagPart(Transpose(sym)))
                 self._record("triangular", f"{name} has a real diagonal: the product of real diagonals", eq,
-                             check=_equation_check(eq), note="diag(X) = diag(X^H)")
+                             check=_equation_check(eq), note="diag(X) = diag(X^H)",
+                             symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
         if skew_by is not None:
             res = skew_by.residual_expr
             res, n = algebra.substitute_product(res, definition, sym, self.structure)
@@ -879,9 +924,13 @@ class Derivation:
             target = self._norm(sym + Transpose(sym))
             if n + n2 == 0 or self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
                 self._fail(label, f"{skew_by} does not reduce to {name} + {name}^T = 0 (got {res})")
+            sign = 1 if self._norm(res - target) == ZeroMatrix(*sym.shape) else -1
             eq = Equation(self._norm(sym + Transpose(sym)), ZeroMatrix(*sym.shape))
+            # with the symbol set to its definition, the new residual is (±) the residual of skew_by
+            replay = Replay("define", (name, definition, MatMul(sign, skew_by.residual_expr), eq.residual_expr))
             self.structure.skew.add(name)
-            self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq))
+            self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq),
+                         symbolic=replay)
         return sym
 
     def declare_skew(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
@@ -897,9 +946,12 @@ class Derivation:
         target = self._norm(sym + Transpose(sym))
         if self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
             self._fail(label, f"{eq} does not read {sym.name} + {sym.name}^T = 0")
+        sign = 1 if self._norm(res - target) == ZeroMatrix(*sym.shape) else -1
         self.structure.skew.add(sym.name)
         new = Equation(target, ZeroMatrix(*sym.shape))
-        self._record("skew", label, new, check=_equation_check(new))
+        # the equation reads X + X^T = 0 for every X: checked with X free of the structure declared here
+        self._record("skew", label, new, check=_equation_check(new),
+                     symbolic=Replay("unstructured", ((sym.name,), MatMul(sign, eq.residual_expr), new.residual_expr)))
         return new
 
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
@@ -921,10 +973,12 @@ class Derivation:
 
         # the step uses only the definition: with the symbol set to it, both residuals agree
         replay = Replay("define", (sym.name, definition, eq.residual_expr, new.residual_expr))
-        # a transposed occurrence of a skew symbol becomes -X: that uses the skewness, which rests on
-        # an identity (orthonormality), not on the definition alone
-        uses_identity = transposed and sym.name in self.structure.skew
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else replay)
+        if transposed and sym.name in self.structure.skew:
+            # a transposed occurrence of a skew symbol becomes -X: that uses the skewness too (shown
+            # where it was declared): the substitution of (definition, definition^T) by (X, X^T)
+            patterns = [(definition, sym), (Transpose(definition), Transpose(sym))]
+            replay = self._substitution_replay(eq, new, patterns, f"{sym.name} = {definition} and {sym.name} skew")
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=replay)
         return new
 
     def invert_definition(self, sym: MatrixSymbol, unknown, label=None) -> Equation:
@@ -966,7 +1020,10 @@ class Derivation:
         for f in reversed(right):  # X (G1 G2)^-1 = (X G2^-1) G1^-1
             solution = solution * inverse(f)
         new = Equation(unknown, self._norm(MatMul(1 / c, solution)))
-        self._record("solve", label, new, check=_equation_check(new), symbolic=None)
+        # with the symbol set to its definition the solution is an identity (square orthonormal
+        # factors are orthogonal: their inverse is their transpose)
+        self._record("solve", label, new, check=_equation_check(new),
+                     symbolic=Replay("define", (sym.name, definition, ZeroMatrix(*new.lhs.shape), new.residual_expr)))
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
@@ -1174,10 +1231,14 @@ class Derivation:
             dr = algebra.differential(eq.rhs, self._tangent_of)
             along = {self.tangents_by_name(k): v for k, v in moved.items()}
             inv = Equation(self._norm(dl.xreplace(along)), self._norm(dr.xreplace(along)))
+            D = self.pairwise[clustered].diagonal_of if clustered else None
             self._record("gauge", f"{label}: leaves '{step.label}' unchanged", inv, check=_equation_check(inv),
+                         symbolic=Replay("invariant", (eq.residual_expr, inv.residual_expr, parameter.name, D,
+                                                       tuple((o.name, e) for o, e in directions.items()))),
                          note="the identity differentiated along the gauge direction")
         fixed = self._eq(*fix)
         self._record("gauge", f"gauge choice: {fixed}", fixed, check=_equation_check(fixed),
+                     symbolic=_premise("a gauge choice"),
                      note="the reference forward of the audit is aligned to this gauge")
         return fixed
 
@@ -1495,7 +1556,10 @@ class Derivation:
         R = algebra.build(rest, W.shape)
         Bop = Identity(A.shape[0]) if B is None else B
         new = Equation(W, self._norm(ShiftedSolve(MatMul(-1 / c, R), A, Bop, U, D)))
+        # S(R_old / c) = W - S(-R/c) = the new residual, for every W with U^T B W = 0
+        expected = ShiftedSolve(MatMul(1 / c, eq.residual_expr), A, Bop, U, D)
         self._record("solve_shifted", label, new, check=_equation_check(new),
+                     symbolic=Replay("constrained", (W.name, U, B, expected, new.residual_expr)),
                      note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
         return new
 
@@ -1532,7 +1596,10 @@ class Derivation:
         R = algebra.build(rest, X.shape)
         new = Equation(X, self._norm(SylvesterSolve(MatMul(-1 / c, R), A, B, hermitian)))
         how = "in the eigenbases of" if hermitian else "by Bartels-Stewart (Schur forms of"
+        # Syl(R_old / c) = X - Syl(-R/c): the new residual (the solve is linear)
+        expected = SylvesterSolve(MatMul(1 / c, eq.residual_expr), A, B, hermitian)
         self._record("solve_sylvester", label, new, check=_equation_check(new),
+                     symbolic=Replay("equal", (expected, new.residual_expr)),
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
         return new
 
@@ -1558,7 +1625,9 @@ class Derivation:
         if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
             self._fail(label, f"{X.name} appears outside {node} in {eq}")
         new = Equation(X, self._norm(node.inverse_operator(MatMul(-1 / c, algebra.build(rest, X.shape)))))
+        expected = node.inverse_operator(MatMul(1 / c, eq.residual_expr))  # L^-1(R_old / c): the new residual
         self._record("invert_operator", label, new, check=_equation_check(new),
+                     symbolic=Replay("equal", (expected, new.residual_expr)),
                      note=f"{node} = C solved for {X.name}")
         return new
 
@@ -1650,9 +1719,13 @@ class Derivation:
         code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
         self.jvp = Rule(raw, code, sources)
         for k in raw:
-            self._record("jvp", f"JVP {k} = {raw[k]}", Equation(self.tangents_by_name(k), raw[k]),
-                         check=_equation_check(Equation(self.tangents_by_name(k), raw[k])),
-                         note="checked against the finite-difference tangent of the reference forward")
+            solved = solutions[k]
+            jvp_eq = Equation(self.tangents_by_name(k), raw[k])
+            self._record("jvp", f"JVP {k} = {raw[k]}", jvp_eq,
+                         check=_equation_check(jvp_eq),
+                         symbolic=Replay("equal", (solved.residual_expr, jvp_eq.residual_expr)),
+                         note=f"the equation of {self._equation_label(solved)}; checked against the "
+                              "finite-difference tangent of the reference forward")
             self._record("rewrite", f"JVP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
                          check=_equation_check(Equation(code[k], raw[k])),
                          symbolic=_same_value_symbolic(code[k], raw[k]))
@@ -1726,11 +1799,13 @@ class Derivation:
             self._fail(label, f"the audit instances with {_and(names)} square are all {fields.pop()}: add one of "
                        "the other field to d.instances, so that both sets of rules are checked")
 
+        patterns = [(self._norm(X * X.T), Identity(X.shape[0])) for X in subset]
+
         def special(rule: Rule) -> dict:
             out = {}
             for k, e in rule.raw.items():
-                for X in subset:
-                    e, _ = algebra.substitute_product(e, X * X.T, Identity(X.shape[0]), self.structure)
+                for pattern, value in patterns:
+                    e, _ = algebra.substitute_product(e, pattern, value, self.structure)
                 out[k] = self._norm(e)
             return out
 
@@ -1742,8 +1817,11 @@ class Derivation:
             code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
             for k in raw:
                 eq = Equation(code[k], general.raw[k])
+                given = _and([n + ' ' + n + '^T = I' for n in names])
+                replay = self._substitution_replay(None, None, patterns, f"{given} (square with orthonormal columns)",
+                                                   old_residual=general.raw[k], new_residual=code[k])
                 self._record("square", f"{what} {k} where {_and(names)} {'is' if len(names) == 1 else 'are'} square "
-                             f"({_and([n + ' ' + n + '^T = I' for n in names])}): {code[k]}", eq,
+                             f"({given}): {code[k]}", eq, symbolic=replay,
                              check=Check("equation", (eq,), square=names),
                              note=f"checked on the instances with {_and(names)} square")
             rules.append(Rule(raw, code, dict(general.sources)))
