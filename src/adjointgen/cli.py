@@ -68,8 +68,13 @@ def cmd_generate(args) -> int:
                 print(f"error: {line}", file=sys.stderr)
             print(f"\n{out} is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
             return 1
-        print(f"{out} is in sync ({len(files)} files; {len(names)} operations: {done}; "
+        print(f"{out} is in sync ({len(files)} files; {operations}: {done}; "
               f"{time.perf_counter() - t0:.1f} s)")
+        stale = gen.stale_keys(files, project)
+        if stale:
+            print(f"note: the recorded keys of {', '.join(stale)} are out of date ({out}{gen.KEYS}: the engine, "
+                  "runtime, templates or a library changed, not the results): `adjointgen generate` refreshes them, "
+                  "so that the next run reuses these results")
         return 0
     if problems:
         for line in problems:
@@ -86,7 +91,7 @@ def cmd_generate(args) -> int:
     for p in written:
         print(f"{'removed' if p in removed else 'wrote'} {project.relative(p)}")
     print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s "
-          f"({len(names)} operations: {done})")
+          f"({operations}: {done})")
     return 0
 
 

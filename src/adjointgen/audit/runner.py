@@ -64,7 +64,15 @@ class StepResult:
     @property
     def failure(self) -> str:
         if self.residual is not None and not self.residual <= self.tolerance:
-            return f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}"
+            if "(evaluation error: " in self.note:  # it could not be evaluated: say why, not "inf"
+                return "the step cannot be evaluated on the audit's instances: " + \
+                    self.note.split("(evaluation error: ", 1)[1].removesuffix(")")
+            if self.kind == "identity":
+                return (f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}: the sampler's "
+                        "instances do not satisfy this identity (check the identity, and the reference values "
+                        "the sampler computes)")
+            return f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}" + (
+                f": {self.note}" if self.kind == "forward" and " forward " in self.note else "")
         return self.symbolic
 
 
@@ -114,8 +122,9 @@ class AuditReport:
         parts.append(f"{c['premise']} premises")
         if c["numeric only"]:
             parts.append(f"{c['numeric only']} NOT verified (numeric only)")
-        if c["failed"]:
-            parts.append(f"{c['failed']} failed")
+        failed = sum(not s.passed for s in self.steps)
+        if failed:
+            parts.append(f"{failed} failed")
         return ", ".join(parts) + f"; {self.instances} numeric instances each"
 
 
@@ -480,8 +489,13 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
                     r = value / scale
                 except Exception as exc:  # a step that cannot even be evaluated fails
                     r = float("inf")
-                    note = f"{note} (evaluation error: {exc})".strip()
+                    if "(evaluation error: " not in note:
+                        note = f"{note} (evaluation error: {exc})".strip()
                 residual = max(residual, r) if np.isfinite(r) else float("inf")
+            if step.kind == "forward" and not residual <= tolerance and "(evaluation error: " not in note:
+                found = checks.forward_failures(d, contexts, tolerance)  # name the identity it gets wrong
+                if found:
+                    note = "; ".join(found)
         if step.kind == "error":
             sym = f"FAILED: {step.note}"
         elif not symbolic:

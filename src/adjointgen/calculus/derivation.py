@@ -533,10 +533,9 @@ class Derivation:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
-        check = _forward_check(self) if refs["numpy"] is not None else None
+        check = _forward_check(self)
         self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
-                     note="the outputs of the declared NumPy forward satisfy every identity"
-                     if check else "no NumPy forward declared: the torch forward is checked when code is generated")
+                     note="the outputs of the declared forwards (NumPy's, torch's) satisfy every identity")
 
     @property
     def gauge_parameters(self) -> list[MatrixSymbol]:
@@ -737,8 +736,10 @@ class Derivation:
         return Equation(self._norm(lhs), self._norm(rhs))
 
     def _fail(self, label, message):
-        """Record the failed step (so the audit can show everything up to it) and stop."""
-        self.error = f"{self.path}: step '{label}': {message}"
+        """Record the failed step (so the audit can show everything up to it) and stop; the message
+        names the derivation file's line that called the step."""
+        line = self._line()
+        self.error = f"{self.path}{':' + str(line) if line else ''}: step '{label}': {message}"
         self._record("error", label, None, note=message)
         raise DerivationError(self.error)
 
@@ -1260,11 +1261,26 @@ class Derivation:
         the old residual divided by the coefficient equals the new one.
         """
         label = label or f"solve for {unknown}"
+        bare = isinstance(unknown, MatrixSymbol) or (isinstance(unknown, algebra.LINEAR_NODES)
+                                                     and isinstance(unknown.arg, MatrixSymbol))
+        if not bare:
+            self._fail(label, f"solve_for solves for a symbol (or a projection of one: diag(X), tril₋(X)), and "
+                              f"{unknown} is an expression: "
+                              f"name it first -- X = d.introduce(\"X\", {unknown}) and d.use_definition(eq, X) -- "
+                              "or solve for the symbol it holds (solve_sylvester for A X + X B, invert_definition, "
+                              "isolate)")
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if fs == (unknown,)]
         others = [(c, fs) for c, fs in res if fs != (unknown,)]
         if len(mine) != 1 or any(f == unknown for _, fs in others for f in fs):
-            self._fail(label, f"{unknown} does not appear as a single bare term in {eq}")
+            name = unknown.name if isinstance(unknown, MatrixSymbol) else unknown.arg.name
+            where = [algebra._monomial(c, fs) for c, fs in res if unknown in fs or any(
+                name in algebra.free_names(f) for f in fs)]
+            self._fail(label, f"solve_for needs {unknown} as one term of its own, c {unknown} (the rule: the unknown "
+                              f"a bare symbol, not inside a product or a solve); in {self._norm(eq.lhs - eq.rhs)} = 0 "
+                              f"it appears in {', '.join(map(str, where)) or 'no term'}: "
+                              "move the other terms (left_multiply/right_multiply by an inverse, solve_sylvester, "
+                              "isolate) first")
         c = mine[0][0]
         sol = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
         new = Equation(unknown, sol)

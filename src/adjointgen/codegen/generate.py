@@ -585,15 +585,16 @@ def _reuse(project: Project, name: str, manifest: dict | None, recorded_keys: di
     if record is None or not isinstance(record.get("depends"), list):
         return None, None
     path = project.derivation_path(name)
+    record_path = project.output / RECORD.format(name=name)
+    text = record_path.read_text()
+    if manifest is not None and manifest.get(record_path.relative_to(project.output).as_posix()) != _digest(text):
+        return None, None  # changed since it was written: not trusted
     audit_key, key = record_keys(project, path, record["depends"])
     recorded = recorded_keys.get(name) or {}
     if recorded.get("audit_key") != audit_key:
         return None, None
     known = _known_verdicts(record)
-    record_path = project.output / RECORD.format(name=name)
-    text = record_path.read_text()
-    rel = record_path.relative_to(project.output).as_posix()
-    if recorded.get("key") != key or (manifest is not None and manifest.get(rel) != _digest(text)):
+    if recorded.get("key") != key:
         return None, known
     files = {record_path: text}
     for rel, digest in sorted(record.get("files", {}).items()):

@@ -315,8 +315,8 @@ def _page_data(project, a) -> dict:
         text, css = _verdict(r.kind, r.symbolic)
         label = _label_math(r.label, d, complex_)
         rows.append(_Row(r.index, label, KINDS.get(r.kind, r.kind), eq,
-                         "" if r.residual is None else f"{r.residual:.1e}", r.passed, text, css, r.line, r.note,
-                         helper))
+                         "" if r.residual is None else f"{r.residual:.1e}", r.passed, text, css, r.line,
+                         _plain(r.note, complex_), helper))
     pairwise = []
     for name, p in sorted(d.pairwise.items()):
         entry = mathml((sp.Symbol(f"{name}_ij"), p.expr))
