@@ -8,7 +8,8 @@
     output = "src/mypkg/_adjoint"         # its folder (default: from ``package``, src/ layout first)
     backends = ["torch", "cupy", "cuda", "report"]   # the default; "jax" adds JAX modules
     templates = "templates"               # optional: templates overriding the built-in ones
-    symbolic_timeout = 20                 # optional: seconds per step's symbolic replay (0: no limit)
+    symbolic_timeout = 20                 # optional: seconds per symbolic replay, the fallback where a value
+                                          # has no rational form (0: no limit); past it: NOT verified
 
 The command line finds the project from the current directory upward (or ``--root``).  Nothing
 here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fast.

@@ -431,22 +431,40 @@ def charpoly(M):
     return c
 
 
-def sylvester(A, B, C):
-    """``X`` with ``A X + X B = C`` (see :meth:`_Exact.sylvester_solve`)."""
+def sylvester(A, B, C, cache=None):
+    """``X`` with ``A X + X B = C`` (see :meth:`_Exact.sylvester_solve`):
+    ``X = q(A)^-1 Σ_i A^i C M_i`` with ``M_i = Σ_k c_(i+k+1) (-B)^k``, ``q`` the characteristic
+    polynomial of ``-B`` (its coefficients ``c``); what depends on ``A`` and ``B`` alone is kept in
+    ``cache`` (a dict) for the next solve with the same coefficients."""
     m, n = C.shape
-    Bn = -B
-    c = charpoly(Bn)
+    key = (_key(A), _key(B))
+    if cache is None or key not in cache:
+        Bn = -B
+        c = charpoly(Bn)
+        powers_B = [eye(n)]
+        for _ in range(n - 1):
+            powers_B.append(powers_B[-1] @ Bn)
+        M = []
+        for i in range(n):
+            Mi = zeros(n, n)
+            for k in range(n - i):
+                Mi = Mi + powers_B[k] * c[i + k + 1]
+            M.append(Mi)
+        powers_A = [eye(m)]
+        for _ in range(n - 1):
+            powers_A.append(powers_A[-1] @ A)
+        qA = zeros(m, m)
+        for coefficient in reversed(c):
+            qA = qA @ A + eye(m) * coefficient
+        entry = (powers_A, M, inv(qA))
+        if cache is None:
+            cache = {}
+        cache[key] = entry
+    powers_A, M, qA_inv = cache[key]
     acc = zeros(m, n)
-    Y = C  # Y_j = Σ_{i<j} A^i C Bn^(j-1-i), Y_1 = C
-    Ak = eye(m)
-    for j in range(1, n + 1):
-        acc = acc + Y * c[j]
-        Ak = Ak @ A
-        Y = Y @ Bn + Ak @ C
-    qA = zeros(m, m)
-    for coefficient in reversed(c):
-        qA = qA @ A + eye(m) * coefficient
-    return inv(qA) @ acc
+    for Ai, Mi in zip(powers_A, M):
+        acc = acc + Ai @ C @ Mi
+    return qA_inv @ acc
 
 
 # ------------------------------------------------------------------------------- scalar functions
@@ -674,12 +692,12 @@ class _Exact:
             out[:, i] = (cache[key] @ rhs)[:n, 0]
         return out
 
-    @staticmethod
-    def sylvester_solve(A, B, C):
+    @classmethod
+    def sylvester_solve(cls, A, B, C):
         """``X`` with ``A X + X B = C``, from the characteristic polynomial ``q`` of ``-B``
         (Faddeev–LeVerrier): ``q(A) X = Σ_j c_j Σ_{i<j} A^i C (-B)^(j-1-i)`` (``q(-B) = 0``), one
         ``m×m`` inverse instead of an ``mn × mn`` system: exact arithmetic has no rounding to fear."""
-        return sylvester(A, B, C)
+        return sylvester(A, B, C, cls.env.setdefault("__sylvester__", {}))
 
     @classmethod
     def pairwise(cls, definition, d, free=False, pattern=False, functions=None):

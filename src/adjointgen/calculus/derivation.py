@@ -1,7 +1,7 @@
 """A derivation: declared symbols and identities, then named steps that transform equations until
 the JVP is found, then the VJP by transposition.  Every step is recorded with the equation it
-produced, so that :mod:`adjointgen.audit` can check each one numerically and, where the step's
-validity rests on structure alone, symbolically on explicit small matrices.
+produced and what it did (a :class:`Replay`), so that :mod:`adjointgen.audit` can check each one
+numerically and verify it exactly, in rational arithmetic at random rational matrices.
 
 A derivation file reads top to bottom like the derivation in a paper::
 
@@ -64,9 +64,9 @@ class Step:
         equation: the equation the step produced (``None`` for steps that check a property).
         check: what the numeric audit checks on every instance (:class:`Check`, interpreted by
             :mod:`adjointgen.audit.checks`), or ``None``.
-        symbolic: what the symbolic audit replays on explicit small matrices (:class:`Replay`,
-            interpreted by :mod:`adjointgen.audit.replays`), or ``None`` when the step rests on an
-            identity that SymPy cannot impose on explicit matrices.
+        symbolic: what the audit replays exactly on explicit matrices (:class:`Replay`, interpreted
+            by :mod:`adjointgen.audit.replays`; ``premise`` for an identity, a definition, the
+            forward or a gauge choice: what the derivation assumes).
         line: line of the derivation file that called the step (directly or through a helper).
         helper: ``(file, line)`` inside the helper module, when a helper recorded the step.
     """
@@ -165,7 +165,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Replay:
-    """What a step's symbolic audit replays on explicit small matrices: ``kind`` and the
+    """What the audit replays of a step on explicit matrices (exactly, in rational arithmetic): ``kind`` and the
     expressions it needs (``args``).  :func:`adjointgen.audit.replays.residual` says what each kind
     means; most steps are ``equal``: the new residual is an expression of the old ones
     (``M R``, ``R^T``, ``diag(R)``, ``-F ∘ R``, ...), stated with the engine's own nodes."""
@@ -336,8 +336,8 @@ class Derivation:
         self.second: SecondOrder | None = None
         #: input cotangent name -> (L, R) with ``g = L R^T`` (``derive_vjp(lowrank=k)``)
         self.vjp_factors: dict[str, tuple] = {}
-        #: dimension name -> size of the explicit matrices of the symbolic replay (default 3 and 2):
-        #: ``d.symbolic_sizes = {"m": 3, "n": 2}`` keeps long products of generic matrices cheap
+        #: dimension name -> size of the explicit SymPy matrices of a symbolic replay, the fallback for
+        #: values without a rational form (default 3 and 2; the exact replays take the instances' sizes)
         self.symbolic_sizes: dict[str, int] = {}
         self.error: str | None = None
         Derivation.created.append(self)
@@ -757,8 +757,8 @@ class Derivation:
         """A defining identity of the operation (checked numerically on every instance).
 
         Records: a ``identity`` step.  Numeric check: the residual of the identity on every instance
-        (the sampler's values must satisfy it).  Symbolic check: none (an identity of the operation
-        is an assumption, not a consequence).
+        (the sampler's values must satisfy it).  Exact check: none -- a premise (an identity of the
+        operation is an assumption, not a consequence).
         """
         eq = self._eq(lhs, rhs)
         self._record("identity", label, eq, check=_equation_check(eq), symbolic=_premise(f"an identity of {self.name}"))
@@ -769,8 +769,8 @@ class Derivation:
         """``d(lhs) = d(rhs)`` with the product, transpose and inverse rules.
 
         Records: a ``differentiate`` step.  Numeric check: the residual of the new equation on every
-        instance (output tangents from finite differences).  Symbolic check: the derivative of the
-        old equation along ``X + ε dX`` equals the new one on explicit matrices.
+        instance (output tangents from finite differences).  Exact check: the derivative of the
+        old equation along ``X + ε dX`` (dual numbers) equals the new one.
         """
         dl = algebra.differential(eq.lhs, self._tangent_of)
         dr = algebra.differential(eq.rhs, self._tangent_of)
@@ -784,7 +784,7 @@ class Derivation:
         """``M lhs = M rhs`` (projections onto a basis, ``U^T``; inverses, ``(I + A)^-1``).
 
         Records: a ``left_multiply`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``M (lhs - rhs)`` equals the new residual on explicit matrices.
+        Exact check: ``M (lhs - rhs)`` equals the new residual on random rational matrices.
         """
         new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
 
@@ -796,7 +796,7 @@ class Derivation:
         """``lhs M = rhs M``.
 
         Records: a ``right_multiply`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``(lhs - rhs) M`` equals the new residual on explicit matrices.
+        Exact check: ``(lhs - rhs) M`` equals the new residual on random rational matrices.
         """
         new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
 
@@ -807,7 +807,7 @@ class Derivation:
     def transpose(self, eq: Equation, label="transpose") -> Equation:
         """``lhs^T = rhs^T`` with declared structure applied (``A^T = A`` for symmetric ``A``).
 
-        Records: a ``transpose`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``transpose`` step.  Numeric check: the residual of the new equation.  Exact
         check: the (conjugate) transpose of the old residual equals the new one.
         """
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
@@ -823,8 +823,10 @@ class Derivation:
         second identity).  Off by default, so that a later step can still substitute the transposed
         pattern itself.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
-        check: none (it uses an identity of the decomposition).
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
+        check: the old residual with each occurrence of the pattern replaced by a fresh symbol is the
+        old residual with that symbol set to the pattern, and the new one with it set to the
+        replacement: the new equation holds wherever the old one and ``identity`` hold.
         """
         patterns = [(identity.lhs, identity.rhs)]
         if transposed:
@@ -887,8 +889,10 @@ class Derivation:
         lower (upper) triangular after the engine shows that the definition is a product of lower
         (upper) triangular factors (``L^-1 dL``); its diagonal is zero or one when the factors' are.
 
-        Records: a ``define`` step (and a ``skew`` step).  Numeric check: the definition on every
-        instance (and the skew-symmetry).  Symbolic check: none (a definition).
+        Records: a ``define`` step (and a ``skew`` or ``triangular`` step).  Numeric check: the
+        definition on every instance (and the structure).  Exact check: none for the definition (a
+        premise); the structure with the symbol set to its definition (``skew_by``'s residual is
+        ``±(X + X^T)``; the other triangle of a product of triangular factors vanishes).
         """
         label = label or f"introduce {name} = {definition}"
         sym = MatrixSymbol(name, *definition.shape)
@@ -939,8 +943,9 @@ class Derivation:
         ``X + X^T = 0`` once normalised (``dW + dW^T = 0`` after substituting ``dC = dW - M/2`` into
         ``dC + dC^T = -M``).
 
-        Records: a ``skew`` step.  Numeric check: the residual of ``X + X^T = 0``.  Symbolic check:
-        none (it rests on the equation, checked where it was derived).
+        Records: a ``skew`` step.  Numeric check: the residual of ``X + X^T = 0``.  Exact check: the
+        equation's residual is ``±(X + X^T)`` for every ``X`` (taken free of the structure declared
+        here).
         """
         label = label or f"{sym.name} is skew-symmetric, from {eq}"
         res = self._norm(eq.lhs - eq.rhs)
@@ -958,7 +963,7 @@ class Derivation:
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
         """Replace the introduced symbol's definition (and its transpose) by the symbol.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old and new residuals agree with the symbol replaced by its definition.
         """
         definition = dict((s.name, d) for s, d in self.introduced)[sym.name]
@@ -989,7 +994,8 @@ class Derivation:
         orthogonal ``U``, ``V`` (the engine writes their inverses as transposes).
 
         Records: a ``solve`` step.  Numeric check: the residual of the solution on every instance.
-        Symbolic check: none (it rests on the definition and the factors' invertibility).
+        Exact check: with the symbol set to its definition the solution is an identity (square
+        orthonormal factors exactly orthogonal).
         """
         definitions = dict((s.name, d) for s, d in self.introduced)
         if sym.name not in definitions:
@@ -1036,7 +1042,7 @@ class Derivation:
         ``X_01`` (with ``d_0, d_1 -> d_i, d_j``) and of ``X_11`` for the diagonal.
 
         Records: a ``hadamard_split`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: the old and new residuals agree on explicit matrices, with the pairwise
+        Exact check: the old and new residuals agree on random rational matrices, with the pairwise
         matrix's entries.
         """
         label = label or f"Hadamard split of the terms D^a {X.name} D^b, D = {D.name}"
@@ -1088,7 +1094,7 @@ class Derivation:
         ``E_ii = 0`` vanish.
 
         Records: a ``diagonal_part`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``diag`` of the old residual equals the new one.
+        Exact check: ``diag`` of the old residual equals the new one.
         """
         new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
 
@@ -1101,7 +1107,7 @@ class Derivation:
         triangular ``X``, ``Φ(X + X^T) = X`` (the Cholesky step ``Φ(L^-1 dA L^-T) = dC``).
 
         Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``Φ`` of the old residual equals the new one on explicit matrices.
+        Exact check: ``Φ`` of the old residual equals the new one on explicit matrices.
         """
         return self._projection(eq, LowerHalf, label)
 
@@ -1110,7 +1116,7 @@ class Derivation:
         ``X`` keeps ``tril₋(X)`` (the QR step).
 
         Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``tril₋`` of the old residual equals the new one on explicit matrices.
+        Exact check: ``tril₋`` of the old residual equals the new one on explicit matrices.
         """
         return self._projection(eq, StrictlyLower, label)
 
@@ -1128,7 +1134,7 @@ class Derivation:
         ``tril₋``: ``diagonal`` is the equation ``diag(X) = D`` the derivation found for it, and
         ``X = R - R^H + D``.
 
-        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Exact check:
         for an explicit skew ``X``, the new residual is the old one minus its transpose (plus the
         diagonal's residual).
         """
@@ -1168,7 +1174,7 @@ class Derivation:
         """``sym(lhs) = sym(rhs)``, ``sym(X) = (X + X^H)/2``: for a diagonal equation, its real
         part (``sym(S diag(Ω)) = 0`` for real ``S`` and anti-Hermitian ``Ω``).
 
-        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Exact check:
         the Hermitian part of the old residual equals the new one.
         """
         return self._part(eq, Sym, label)
@@ -1177,7 +1183,7 @@ class Derivation:
         """``skew(lhs) = skew(rhs)``, ``skew(X) = (X - X^H)/2``: for a diagonal equation, ``i``
         times its imaginary part.
 
-        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Exact check:
         the anti-Hermitian part of the old residual equals the new one.
         """
         from .nodes import Skew
@@ -1204,8 +1210,11 @@ class Derivation:
         Records: a ``gauge`` step per identity (unchanged along the gauge) and one for the gauge
         choice; :meth:`derive_vjp` adds the gauge residual step.  Numeric check: every identity,
         differentiated along the gauge direction, vanishes; the sampler's path satisfies the fixing
-        condition.  Symbolic check: none; for a parameter inside clusters (``within=K``), the step that
-        shows ``D Ω = Ω D`` is checked on an explicit degenerate ``D``.
+        condition.  Exact check: the derivative of each identity along the gauge is a constant
+        combination of ``R Θ``, ``Θ^T R``, ``Θ R``, ``R Θ^T`` (``R`` the identity's residual, ``Θ`` the
+        parameter or a direction's multiplier ``X -> X M``): zero wherever the identity holds; for a
+        parameter inside clusters (``within=K``) on an explicit degenerate ``D`` (the step that shows
+        ``D Ω = Ω D`` too).  The gauge choice is a premise.
 
         ``name`` names the residual's generated function (default: ``phase`` for an imaginary
         diagonal parameter, ``clusters`` for one within a cluster indicator).
@@ -1257,7 +1266,7 @@ class Derivation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
         ``diag(dC)``) appears as one bare term and nowhere else.
 
-        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Exact check:
         the old residual divided by the coefficient equals the new one.
         """
         label = label or f"solve for {unknown}"
@@ -1301,7 +1310,7 @@ class Derivation:
         zero there, the gauge's fixing condition ``K ∘ X = 0``.
 
         Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
-        Symbolic check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
+        Exact check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
         """
         label = label or f"solve off the diagonal for {unknown.name}"
         if unknown.name not in self.structure.skew and diagonal is None:
@@ -1360,7 +1369,7 @@ class Derivation:
         vanishes (a pair of zero singular values): there the equation leaves ``X_ij`` free.
 
         Records: a ``solve_hadamard`` step.  Numeric check: the residual of the solution.
-        Symbolic check: ``-F ∘ (old residual)`` equals the new residual on explicit matrices.
+        Exact check: ``-F ∘ (old residual)`` equals the new residual on random rational matrices.
         """
         label = label or f"solve {E.name} ∘ {unknown.name} = ... entrywise"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1398,7 +1407,7 @@ class Derivation:
         divided-difference matrix, continuous across equal values: the Daleckii–Krein ``L``).
 
         Records: a ``combine_pairwise`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: the old and new residuals agree on explicit matrices (with the limit shown
+        Exact check: the old and new residuals agree on explicit matrices (with the limit shown
         by SymPy when the diagonal is absorbed).
         """
         label = label or f"combine {' ∘ '.join(f.name for f in factors)} into {name}"
@@ -1469,7 +1478,7 @@ class Derivation:
         (:func:`adjointgen.runtime.spectral.second_order`).
 
         Records: a ``second_order`` step.  Numeric check: ``U S U^T`` against the central
-        difference of the derived VJP along the instance's tangents ``(dU, dD)``.  Symbolic
+        difference of the derived VJP along the instance's tangents ``(dU, dD)``.  Exact
         check: ``T`` is symmetric in its three arguments and tends to ``f''(a)/2`` (series in
         ``h`` of ``T(a, a + h, a + 2h)``), for the generic ``f``.
         """
@@ -1512,7 +1521,7 @@ class Derivation:
     def subtract(self, first: Equation, second: Equation, label=None) -> Equation:
         """The difference of two equations.
 
-        Records: a ``subtract`` step.  Numeric check: the residual of the difference.  Symbolic check:
+        Records: a ``subtract`` step.  Numeric check: the residual of the difference.  Exact check:
         the difference of the old residuals equals the new one.
         """
         label = label or "subtract the equations"
@@ -1525,7 +1534,7 @@ class Derivation:
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
         """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old residual with the solved value inserted equals the new one.
         """
         label = label or f"substitute {solved.lhs} = {solved.rhs}"
@@ -1553,7 +1562,8 @@ class Derivation:
         is checked numerically with a bordered dense solve.
 
         Records: a ``solve_shifted`` step.  Numeric check: the solution against a bordered dense
-        solve of every shifted system.  Symbolic check: none (an implicit solve).
+        solve of every shifted system.  Exact check: the shifted solve of the old residual (divided by
+        ``c``) is the new residual, for every ``W`` with ``U^T B W = 0``.
         """
         label = label or f"solve the shifted systems for {W.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1592,8 +1602,9 @@ class Derivation:
         on the CPU: tensors on other devices make a host round trip).
 
         Records: a ``solve_sylvester`` step.  Numeric check: the residual of the solution, with the
-        solve evaluated by SciPy's Bartels-Stewart solver, on every instance.  Symbolic check: none
-        (an implicit solve).
+        solve evaluated by SciPy's Bartels-Stewart solver, on every instance (a singular equation is
+        named with the eigenvalues that collide).  Exact check: the Sylvester solve of the old
+        residual (divided by ``c``) is the new residual.
         """
         B = A if B is None else B
         label = label or f"solve the Sylvester equation for {X.name}"
@@ -1628,7 +1639,8 @@ class Derivation:
 
         Records: an ``invert_operator`` step.  Numeric check: the residual of the solution, with the
         inverse evaluated independently (a dense solve of the operator's matrix) on every instance.
-        Symbolic check: none (an implicit solve).
+        Exact check: the inverse operator applied to the old residual (divided by ``c``) is the new
+        residual.
         """
         label = label or f"invert the operator applied to {X.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1651,7 +1663,7 @@ class Derivation:
         """Move the terms holding ``tangent`` to the left, the rest to the right, and scale so the
         left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``).
 
-        Records: a ``isolate`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``isolate`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old residual divided by the ratio equals the new one.
         """
         label = label or f"isolate {block}"
@@ -1673,7 +1685,7 @@ class Derivation:
     def add(self, *equations: Equation, label=None) -> Equation:
         """The sum of equations (e.g. the blocks of a projector decomposition).
 
-        Records: a ``add`` step.  Numeric check: the residual of the sum.  Symbolic check: the sum
+        Records: a ``add`` step.  Numeric check: the residual of the sum.  Exact check: the sum
         of the old residuals equals the new one.
         """
         label = label or "add the equations"
@@ -1686,7 +1698,7 @@ class Derivation:
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
         """Two routes arrive at the same equation: their residuals are equal as expressions.
 
-        Records: a ``same`` step.  Numeric check: both equations on every instance.  Symbolic check:
+        Records: a ``same`` step.  Numeric check: both equations on every instance.  Exact check:
         the two residuals agree on explicit matrices.
         """
         label = label or "the two routes give the same equation"
@@ -1707,7 +1719,7 @@ class Derivation:
         use, differentiated by another derivation).
 
         Records: a ``jvp`` and a ``rewrite`` step per output.  Numeric check: each JVP against the sampler's
-        finite-difference output tangents; its form for code against the derived one.  Symbolic
+        finite-difference output tangents; its form for code against the derived one.  Exact
         check: the form for code equals the derived one.
         """
         self.partial_rules = partial
@@ -1785,8 +1797,9 @@ class Derivation:
 
         Records: a ``square`` step per rule output and variant (and ``specialize`` steps for a
         complex derivation's real data).  Numeric check: the variant against the general rule on
-        the instances where the outputs are square (at least one instance must be).  Symbolic
-        check: none (it uses an identity of those shapes)."""
+        the instances where the outputs are square (at least one instance must be).  Exact
+        check: the variant is the general rule with ``U U^T`` replaced by ``I`` (a substitution, given
+        ``U U^T = I``, which holds for square ``U`` with orthonormal columns)."""
         from itertools import combinations
 
         label = "rules for square " + _and([getattr(X, "name", repr(X)) for X in outputs])
@@ -1860,7 +1873,7 @@ class Derivation:
 
         Records: ``transpose``, ``project`` and ``rewrite`` steps (and ``lowrank``, ``specialize``,
         ``gauge``).  Numeric check: the dot-product identity ``<g_in, d_in> = Σ <g_out, d_out>``
-        with random cotangents.  Symbolic check: the dot-product identity on explicit matrices.
+        with random cotangents.  Exact check: the dot-product identity on explicit matrices.
         """
         if self.jvp is None:
             self._fail("VJP", "set_jvp must come first")
