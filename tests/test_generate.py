@@ -132,9 +132,18 @@ def test_results_are_reused_only_for_the_same_sources(root, tmp_path):
     project_files(tmp_path, settings='package = "pkg._adjoint"\noutput = "generated"\nbackends = ["cupy", "report"]\n',
                   derivations={"inv": PLAIN})
 
-    def generate(*args):
-        r = subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", "--jobs", "1",
-                            *args], capture_output=True, text=True)
+    import types
+
+    from adjointgen import cli
+
+    def generate(*args):  # the command line, in this process (what it prints, its exit status)
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["--root", str(tmp_path), "generate", "--jobs", "1", *args])
+        r = types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
         return r, {line.split()[0]: line.split()[1] for line in r.stdout.splitlines() if line.startswith("inv ")}
 
     r, how = generate()

@@ -659,6 +659,7 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
     names = all_names if not names else list(names)
     for nm in names:
         project.derivation_path(nm)  # a clear error for an unknown name
+    _refuse_declared_duplicates(project, all_names)
     results: dict[str, object] = {}
     known: dict[str, dict | None] = {}
     recorded_keys = read_keys(project)
@@ -711,6 +712,39 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
     files[project.output / KEYS] = keys_text(keys)
     files.update(_package_files(project, all_names))
     return files
+
+
+def declared_name(path: Path) -> str | None:
+    """The name a derivation file gives its ``Derivation("name", ...)``, read without running it
+    (``None`` when it is not a string literal)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Derivation"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            return node.args[0].value
+    return None
+
+
+def _refuse_declared_duplicates(project: Project, names: list[str]) -> None:
+    """Two derivation files whose ``Derivation("name")`` is the same literal: refused before any
+    audit (:func:`_refuse_duplicates` catches the others once they have run)."""
+    seen: dict[str, str] = {}
+    for nm in names:
+        declared = declared_name(project.derivation_path(nm))
+        if declared is None:
+            continue
+        where = project.relative(project.derivation_path(nm))
+        if declared in seen:
+            raise GenerationFailed(
+                f"two derivation files define the operation '{declared}': {seen[declared]} and {where} "
+                f"(Derivation({declared!r}, ...) in both); their generated modules would overwrite each other: "
+                "rename one of them")
+        seen[declared] = where
 
 
 def _refuse_duplicates(project: Project, results: list) -> None:
