@@ -329,8 +329,10 @@ def test_ctrl_c_stops_generation_and_writes_nothing(sandbox, jobs):
                   derivations={"aslow": SLOW_SAMPLER.replace('Derivation("inv"', 'Derivation("aslow"'), "inv": PLAIN})
     started = folder / "derivations" / "started"
     before = tree(folder)
+    # SIGINT as a terminal delivers it: a pytest-xdist worker ignores it, and a child inherits that
     process = subprocess.Popen([sys.executable, "-m", "adjointgen", "generate", "--jobs", jobs], cwd=folder,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not started.exists():  # the slow audit is under way
         time.sleep(0.1)

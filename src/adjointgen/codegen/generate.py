@@ -114,6 +114,32 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> "OperationSpec
     from ..calculus.derivation import Derivation
 
     path = Path(path).resolve()
+    key = (str(path), partial, _sources_digest(path))
+    if key in _LOADED:  # the spec is immutable: the same sources give the same spec
+        return _LOADED[key]
+    spec = _load_derivation_file(path, partial)
+    if len(_LOADED) >= 64:
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = spec
+    return spec
+
+
+#: (path, partial, digest of the file and its helpers) -> the frozen spec it gave (this process)
+_LOADED: dict = {}
+
+
+def _sources_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for f in [path, *helper_modules(path)]:
+        digest.update(str(f).encode())
+        digest.update(Path(f).read_bytes())
+    return digest.hexdigest()
+
+
+def _load_derivation_file(path: Path, partial: bool):
+    from ..calculus.algebra import DerivationError
+    from ..calculus.derivation import Derivation
+
     start = len(Derivation.created)
     folder = str(path.parent)
     helpers = {p.stem for p in path.parent.glob("_*.py")}
