@@ -26,23 +26,7 @@ def run_process(*args, cwd):
     return subprocess.run([sys.executable, "-m", "adjointgen", *args], cwd=cwd, capture_output=True, text=True)
 
 
-def in_process(*args, cwd):
-    """The command line run in this process (cheap: nothing to import again)."""
-    import contextlib
-    import io
-    import os
-    import types
-
-    from adjointgen import cli
-
-    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(list(args))
-    finally:
-        os.chdir(here)
-    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+from inprocess import run as in_process  # noqa: E402
 
 
 run = in_process  # the projects here use no module of their own: nothing is left behind in sys.modules

@@ -15,8 +15,7 @@ from adjointgen.project import load_project
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "adjointgen", *args], cwd=cwd, capture_output=True, text=True)
+from inprocess import run  # noqa: E402  (the command line in this process)
 
 
 def project(tmp_path, *names, edit=None):

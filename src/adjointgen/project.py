@@ -122,12 +122,20 @@ class Project:
         extra = [str(p) for p in (self.root / "src", self.root)
                  if p.is_dir() and str(p) not in sys.path and not (p / "__init__.py").is_file()]
         sys.path[:0] = extra
+        before = set(sys.modules)
         try:
             yield
         finally:
             for p in extra:
                 if p in sys.path:
                     sys.path.remove(p)
+            # the project's modules imported meanwhile are forgotten again, so that another project
+            # (or this one after an edit) in the same process imports its own
+            for p in extra:
+                for name in [m for m in sys.modules if m not in before]:
+                    file = getattr(sys.modules.get(name), "__file__", None) or ""
+                    if file.startswith(p + os.sep):
+                        sys.modules.pop(name, None)
 
     @property
     def template_dirs(self) -> tuple[Path, ...]:

@@ -114,7 +114,7 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> "OperationSpec
     from ..calculus.derivation import Derivation
 
     path = Path(path).resolve()
-    key = (str(path), partial, _sources_digest(path))
+    key = (str(path), partial, _sources_digest(path), _engine_state())
     if key in _LOADED:  # the spec is immutable: the same sources give the same spec
         return _LOADED[key]
     spec = _load_derivation_file(path, partial)
@@ -126,6 +126,16 @@ def load_derivation_file(path: Path, *, partial: bool = False) -> "OperationSpec
 
 #: (path, partial, digest of the file and its helpers) -> the frozen spec it gave (this process)
 _LOADED: dict = {}
+
+
+def _engine_state() -> int:
+    """The engine's functions as they are now in this process (a test that replaces one -- a
+    deliberately wrong rule -- gets its own specs, not those frozen before)."""
+    from .. import calculus
+    from ..calculus import algebra, derivation, evaluate, nodes, spec
+
+    return hash(tuple((m.__name__, k, id(v)) for m in (calculus, algebra, derivation, evaluate, nodes, spec)
+                      for k, v in vars(m).items() if callable(v)))
 
 
 def _sources_digest(path: Path) -> str:
@@ -686,6 +696,7 @@ def render(root, names: list[str] | None = None, *, jobs: int | None = None,
     for nm in names:
         project.derivation_path(nm)  # a clear error for an unknown name
     _refuse_declared_duplicates(project, all_names)
+    _DIGESTS.clear()  # the sources as they are now (a process may generate again after an edit)
     results: dict[str, object] = {}
     known: dict[str, dict | None] = {}
     recorded_keys = read_keys(project)
