@@ -3,8 +3,6 @@ refused, errors state the rule and the derivation file's line, a singular Sylves
 named as such, a wrong forward (NumPy's or torch's) is named with the identity it breaks, the
 HTML report sets formulas as math, and the README shows how to start MPI ranks."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

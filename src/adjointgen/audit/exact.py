@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 import sympy as sp
 
-__all__ = ["Ex", "GQ", "NotExact", "EXACT", "BITS", "SET_SIZE", "random_env"]
+__all__ = ["BITS", "EXACT", "Ex", "GQ", "NotExact", "SET_SIZE", "random_env", "verify"]
 
 #: random parameters are integers in [-2^BITS, 2^BITS]
 BITS = 40
@@ -382,7 +382,7 @@ def inv(a) -> np.ndarray:
                 values[r] = [x - f * y for x, y in zip(values[r], values[col])]
     det = _primitive(n * g)
     num = (n - 1) * g + dq
-    return matrix(n, n, lambda i, j: Ex(values[i][n + j], num, det) if values[i][n + j] else Ex(values[i][n + j], num, det))
+    return matrix(n, n, lambda i, j: Ex(values[i][n + j], num, det))
 
 
 def det(a):
@@ -414,10 +414,6 @@ def det(a):
                 f = values[r][col] / p
                 values[r] = [x - f * y for x, y in zip(values[r], values[col])]
     return Ex(value, n * g, tuple((i, m * n) for i, m in q))
-
-
-def solve(a, b):
-    return inv(a) @ b
 
 
 def charpoly(M):

@@ -217,8 +217,6 @@ def _label_math(label: str, d, complex_: bool) -> str:
     ``JVP dX rewritten for code: -X*dA*X`` or ``introduce dO = U.T*dU`` with SymPy's text of an
     expression; the part after the first ``: `` or `` = `` that parses as one is set as math.  What
     does not parse keeps readable notation (``A⁻¹``, ``Uᵀ``), never SymPy's (``A**(-1)``, ``U.T``)."""
-    import re
-
     for sep in (": ", " = "):
         start = 0
         while True:
@@ -272,14 +270,6 @@ def _parse_label_expr(text: str, d):
     except Exception:  # noqa: BLE001 - not a formula: the label stays text
         return None
     return value if isinstance(value, sp.MatrixExpr) else None
-
-
-def _complex_label(label: str) -> str:
-    """A step label of a complex derivation as its equations read: ``U^T`` is ``U^H`` there (the
-    engine's ``U.T`` as well)."""
-    import re
-
-    return re.sub(r"(?<=[\w)])\.T\b", ".H", label.replace("^T", "^H"))
 
 
 @dataclass(frozen=True)
