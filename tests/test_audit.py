@@ -178,10 +178,14 @@ def test_complex_symbolic_entries_see_conjugation():
 
 
 def _bumped(e):
-    """``e + I``: a claimed result off by a term (square expressions only)."""
-    from sympy.matrices.expressions import Identity, MatAdd
+    """``e + I``: a claimed result off by a term; for a non-square one, off by a matrix of its
+    shape that it holds (``U``), else by itself (``2 e``)."""
+    from sympy.matrices.expressions import Identity, MatAdd, MatMul, MatrixSymbol
 
-    return MatAdd(e, Identity(e.shape[0])) if e.shape[0] == e.shape[1] else None
+    if e.shape[0] == e.shape[1]:
+        return MatAdd(e, Identity(e.shape[0]))
+    same = sorted((m for m in e.atoms(MatrixSymbol) if m.shape == e.shape), key=str)
+    return MatAdd(e, same[0]) if same else MatMul(2, e)
 
 
 def _wrong_replay(replay):
