@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A plain, non-editable `pip install` in a fresh virtualenv, used as a user does outside the
 # checkout: the catalogue audits from any folder, a new project is written, generated and tested,
-# the example projects are in sync and pass, and the installed functions import and differentiate.
+# the example projects are in sync and pass, docs/derivations.md's project (three derivations of a
+# user's own) is generated and passes its tests, and the installed functions import and differentiate.
 # Usage: bash scripts/check-install.sh   (TORCH_SPEC overrides the torch requirement, default torch==2.13.0)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,6 +23,9 @@ cp -r "$repo/examples/lstsq_layer" "$work/lstsq_layer"
 (cd "$work/lstsq_layer" && adjointgen generate --check && python -m pytest -q && adjointgen audit --html "$work/audit" > /dev/null)
 cp -r "$repo/examples/polar" "$work/polar"
 (cd "$work/polar" && adjointgen generate --check && python -m pytest -q)
+# docs/derivations.md as written: a project from `adjointgen init` with three derivations (a Lyapunov
+# solve, the sign function, the geometric mean), generated and tested against SciPy and finite differences
+python "$repo/tests/docproject.py" "$work/doc"
 python - <<'PY'
 import torch
 import adjointgen.torch as agt

@@ -171,7 +171,16 @@ def test_a_finished_derivation_is_a_frozen_spec_that_no_stage_writes(name):
         spec.jvp.rewritten = {}
 
 
-@pytest.mark.parametrize("name", gen.derivation_names(ROOT))
+#: the derivations the default suite loads for the whole-catalogue checks below (one of each kind of
+#: step and replay); the slow step (``-m slow``) loads every one
+REPRESENTATIVE = {"inv", "eigh", "eigsh", "qr", "funm", "matrix_exp", "slogdet"}
+
+
+def _catalogue(names):
+    return [pytest.param(n, marks=() if n in REPRESENTATIVE else pytest.mark.slow) for n in names]
+
+
+@pytest.mark.parametrize("name", _catalogue(gen.derivation_names(ROOT)))
 def test_a_steps_checks_are_data_the_audit_interprets(name):
     """Every step's numeric check and symbolic replay is a record (kind and expressions) that
     ``audit/checks.py`` and ``audit/replays.py`` interpret, never code carried by the step; the

@@ -26,6 +26,7 @@ def orth(n, seed):
     return torch.linalg.qr(torch.randn(n, n, dtype=f64, generator=torch.Generator().manual_seed(seed)))[0]
 
 
+@pytest.mark.slow  # the whole sweep (every solver, loss, gap, transform): the slow step's
 def test_the_sweep_every_solver_loss_gap_and_transform():
     rows, failures, passed, total = sweep_degeneracy.run(seeds=(0,), modes=("autograd", "func.grad", "vmap(grad)",
                                                                              "jacrev"))
@@ -195,6 +196,7 @@ def test_the_generic_basis_keeps_the_decompositions():
 
 
 # ------------------------------------------------------------------ forward mode and second derivatives
+@pytest.mark.slow  # the whole sweep in forward mode and at second order: the slow step's
 def test_the_sweep_forward_mode_and_second_derivatives_never_return_a_wrong_value():
     rows, failures, passed, total = sweep_degeneracy.run(seeds=(0,), modes=("jvp", "jacfwd", "hvp", "jvp(grad)"))
     assert total > 600

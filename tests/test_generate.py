@@ -19,8 +19,8 @@ def test_generate_check_passes(root):
 def test_generation_is_deterministic(root):
     """Twice in this process (with and without worker processes) and once more by the CLI above,
     which compared its output with the committed files byte for byte."""
-    first = gen.render(root, ["eigh", "pinv"], jobs=1)
-    second = gen.render(root, ["eigh", "pinv"], jobs=2)
+    first = gen.render(root, ["eigh", "pinv"], jobs=1, reuse=False)
+    second = gen.render(root, ["eigh", "pinv"], jobs=2, reuse=False)
     assert first.keys() == second.keys()
     assert all(first[k] == second[k] for k in first)
 
@@ -33,8 +33,12 @@ def test_headers_name_sources_and_hash(root):
     assert "sha256 of sources: " in text
 
 
-def _copy(root, tmp_path):
-    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+def _copy(root, tmp_path, backends='["torch", "cupy", "cuda", "report"]'):
+    """The catalogue's project in ``tmp_path`` (by default without the JAX backend: these tests
+    edit torch's files and templates, and JAX's verification would only add its compile time)."""
+    text = (root / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace('backends = ["torch", "cupy", "cuda", "jax", "report"]',
+                                                          f"backends = {backends}"))
     for sub in ("derivations", "templates", "generated"):
         shutil.copytree(root / sub, tmp_path / sub)
     return tmp_path
@@ -120,30 +124,65 @@ def test_reference_is_in_sync(root):
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.slow
-def test_symbolic_verdicts_are_reused_only_for_the_same_sources(root, tmp_path):
-    """``generate`` reuses the symbolic verdicts recorded for unchanged sources (the checks are
-    deterministic); ``--fresh`` recomputes them, and any change to the derivation invalidates them."""
+def test_results_are_reused_only_for_the_same_sources(root, tmp_path):
+    """``generate`` reuses a derivation's recorded result (verdicts and files) while the keys of
+    everything it depends on match and its files are the recorded ones; ``--fresh`` recomputes; a
+    hand-edited record is not trusted; an edit of the derivation (or of a module it imports)
+    invalidates it."""
     import json
 
-    _copy(root, tmp_path)
-    record = tmp_path / "generated" / "audit" / "inv.symbolic.json"
+    from test_file_safety import PLAIN, project_files
+
+    project_files(tmp_path, settings='package = "pkg._adjoint"\noutput = "generated"\nbackends = ["cupy", "report"]\n',
+                  derivations={"inv": PLAIN})
+
+    import types
+
+    from adjointgen import cli
+
+    def generate(*args):  # the command line, in this process (what it prints, its exit status)
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(["--root", str(tmp_path), "generate", "--jobs", "1", *args])
+        r = types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+        return r, {line.split()[0]: line.split()[1] for line in r.stdout.splitlines() if line.startswith("inv ")}
+
+    r, how = generate()
+    assert r.returncode == 0 and how == {"inv": "audited"}, r.stdout + r.stderr
+    record = tmp_path / "generated" / "audit" / "inv.json"
+    keys = json.loads((tmp_path / "generated" / "audit" / "keys.json").read_text())["keys"]
+    assert set(keys) == {"inv"} and set(keys["inv"]) == {"key", "audit_key"}
+    r, how = generate()
+    assert how == {"inv": "reused"} and "0 changed" in r.stdout
+    r, how = generate("--check")
+    assert r.returncode == 0 and "1 reused" in r.stdout
+    r, how = generate("--fresh")
+    assert how == {"inv": "audited"} and "0 changed" in r.stdout  # the same result, recomputed
+
     data = json.loads(record.read_text())
-    i = next(i for i, step in enumerate(data["steps"]) if step[3] == "verified")
-    data["steps"][i][3] = "not applicable (forged)"
+    i = next(i for i, step in enumerate(data["steps"]) if step[3].startswith("verified exactly"))
+    data["steps"][i][3] = "verified exactly (forged)"
     record.write_text(json.dumps(data))
+    r, how = generate()  # the record is a file generate wrote: an edit to it is refused, nothing written
+    assert r.returncode == 1 and "inv.json" in r.stderr + r.stdout and "forged" in record.read_text()
+    r, how = generate("--force")  # not trusted: recomputed
+    assert r.returncode == 0 and how == {"inv": "audited"} and "forged" not in record.read_text()
 
-    def generate(*args):
-        return subprocess.run([sys.executable, "-m", "adjointgen", "--root", str(tmp_path), "generate", *args, "inv"],
-                              capture_output=True, text=True)
-
-    r = generate()  # the record is a file generate wrote: an edit to it is refused, nothing written
-    assert r.returncode == 1 and "inv.symbolic.json" in r.stderr + r.stdout
-    assert generate("--force").returncode == 0  # reused: the forged verdict is carried over
-    assert "not applicable (forged)" in record.read_text()
-    r = generate("--check", "--fresh")  # recomputed: the check sees the difference
-    assert r.returncode == 1 and "forged" in r.stdout
     source = tmp_path / "derivations" / "inv.py"
     source.write_text(source.read_text() + "\n# an edit\n")
-    assert generate().returncode == 0  # new sources: every verdict recomputed
-    assert "forged" not in record.read_text()
+    r, how = generate()  # new sources: recomputed
+    assert r.returncode == 0 and how == {"inv": "audited"}
+    r, how = generate()
+    assert how == {"inv": "reused"}
+    # a change of the engine, runtime or templates changes the keys, not the records: --check passes
+    # and says so, generate recomputes and refreshes the keys
+    keys = json.loads((tmp_path / "generated" / "audit" / "keys.json").read_text())["keys"]
+    (tmp_path / "generated" / "audit" / "keys.json").write_text(json.dumps(
+        {"about": gen.KEYS_ABOUT, "keys": {"inv": {"audit_key": keys["inv"]["audit_key"], "key": "0" * 64}}}))
+    r, how = generate("--check")
+    assert r.returncode == 0 and how == {} and "keys of inv are out of date" in r.stdout
+    r, how = generate()
+    assert how == {"inv": "rendered"}  # the audit's inputs are unchanged: its verdicts reused

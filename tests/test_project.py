@@ -12,8 +12,7 @@ from adjointgen.codegen import generate as gen
 from adjointgen.project import ProjectError, load_project
 
 
-def run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "adjointgen", *args], cwd=cwd, capture_output=True, text=True)
+from inprocess import run  # noqa: E402  (the command line in this process)
 
 
 @pytest.fixture(scope="module")

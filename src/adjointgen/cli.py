@@ -27,10 +27,23 @@ def _project(args):
 def cmd_generate(args) -> int:
     from .codegen import generate as gen
 
+    gen._limit_threads()
     project = _project(args)
     t0 = time.perf_counter()
+    names = args.names or project.derivation_names()
+    width = max([len(n) for n in names] or [0])
+    how: dict[str, int] = {}
+
+    def on_result(result):
+        how[result.how] = how.get(result.how, 0) + 1
+        if not args.quiet and not args.check:
+            print(result.line(width), flush=True)
+            if args.verbose and result.report_text:
+                print(result.report_text, flush=True)
+
     try:
-        files = gen.render(project, args.names, jobs=args.jobs, reuse=not args.fresh, quiet=args.quiet or args.check)
+        files = gen.render(project, args.names, jobs=args.jobs, reuse=not args.fresh, quiet=not args.verbose,
+                           on_result=on_result)
     except gen.GenerationFailed as exc:
         if exc.report_text:
             print(exc.report_text, file=sys.stderr)
@@ -39,6 +52,8 @@ def cmd_generate(args) -> int:
     except KeyboardInterrupt:
         print("interrupted: nothing was written.", file=sys.stderr)
         return 130
+    done = ", ".join(f"{n} {k}" for k, n in sorted(how.items()))
+    operations = f"{len(names)} operation{'' if len(names) == 1 else 's'}"
     full = not args.names
     manifest = project.output / gen.MANIFEST
     files[manifest] = gen.manifest_text(project, files, None if full else gen.read_manifest(project))
@@ -53,7 +68,13 @@ def cmd_generate(args) -> int:
                 print(f"error: {line}", file=sys.stderr)
             print(f"\n{out} is out of date: run `adjointgen generate` and commit the result.", file=sys.stderr)
             return 1
-        print(f"{out} is in sync ({len(files)} files, {time.perf_counter() - t0:.1f} s)")
+        print(f"{out} is in sync ({len(files)} files; {operations}: {done}; "
+              f"{time.perf_counter() - t0:.1f} s)")
+        stale = gen.stale_keys(files, project)
+        if stale:
+            print(f"note: the recorded keys of {', '.join(stale)} are out of date ({out}{gen.KEYS}: the engine, "
+                  "runtime, templates or a library changed, not the results): `adjointgen generate` refreshes them, "
+                  "so that the next run reuses these results")
         return 0
     if problems:
         for line in problems:
@@ -69,7 +90,8 @@ def cmd_generate(args) -> int:
     removed = set(plan.remove)
     for p in written:
         print(f"{'removed' if p in removed else 'wrote'} {project.relative(p)}")
-    print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s")
+    print(f"{len(files)} files, {len(written)} changed, {time.perf_counter() - t0:.1f} s "
+          f"({operations}: {done})")
     return 0
 
 
@@ -144,7 +166,11 @@ def cmd_init(args) -> int:
         return 2
     for p in written:
         print(f"wrote {p}")
-    print(f"next: cd {args.dir} && adjointgen generate && python -m pytest -q")
+    print(f"next:\n"
+          f"  cd {args.dir}\n"
+          f"  pip install -e '.[test]'   # the project with what its tests need (torch, pytest); or: pip install torch pytest\n"
+          f"  adjointgen generate        # audit derivations/*.py and write the generated package\n"
+          f"  python -m pytest -q        # the project's gradient tests")
     return 0
 
 
@@ -174,12 +200,16 @@ def main(argv=None) -> int:
     g.add_argument("names", nargs="*", help="operations (default: all)")
     g.add_argument("--check", action="store_true", help="fail with a diff if the output package is out of date")
     g.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
-    g.add_argument("-q", "--quiet", action="store_true", help="no per-step progress on stderr")
+    g.add_argument("-q", "--quiet", action="store_true", help="no line per operation (only what changed)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="also every step of each operation audited, with its verdict (after the operation's line)")
     g.add_argument("--force", action="store_true",
                    help="overwrite (or remove) generated files changed by hand since they were written")
     g.add_argument("--fresh", action="store_true",
-                   help="recompute every symbolic check (by default a derivation whose sources, engine and SymPy "
-                        "are unchanged reuses the verdicts recorded in the output package)")
+                   help="recompute everything (by default a derivation whose record in the output package, "
+                        "audit/<name>.json, has the keys of its current sources -- the derivation, the project "
+                        "modules it imports, the engine, the audit, the code generator, the runtime, the templates, "
+                        "the settings and the library versions -- and whose files are unchanged, is reused as it is)")
     g.set_defaults(func=cmd_generate)
     a = sub.add_parser("audit", help="print every derivation step with its residual")
     a.add_argument("names", nargs="*")

@@ -8,7 +8,8 @@
     output = "src/mypkg/_adjoint"         # its folder (default: from ``package``, src/ layout first)
     backends = ["torch", "cupy", "cuda", "report"]   # the default; "jax" adds JAX modules
     templates = "templates"               # optional: templates overriding the built-in ones
-    symbolic_timeout = 20                 # optional: seconds per step's symbolic replay (0: no limit)
+    symbolic_timeout = 20                 # optional: seconds per symbolic replay, the fallback where a value
+                                          # has no rational form (0: no limit); past it: NOT verified
 
 The command line finds the project from the current directory upward (or ``--root``).  Nothing
 here imports SymPy or torch, so ``adjointgen list``/``init``/``--help`` start fast.
@@ -121,12 +122,22 @@ class Project:
         extra = [str(p) for p in (self.root / "src", self.root)
                  if p.is_dir() and str(p) not in sys.path and not (p / "__init__.py").is_file()]
         sys.path[:0] = extra
+        before = set(sys.modules)
         try:
             yield
         finally:
             for p in extra:
                 if p in sys.path:
                     sys.path.remove(p)
+            # the project's modules imported meanwhile are forgotten again, so that another project
+            # (or this one after an edit) in the same process imports its own
+            # (adjointgen's own modules stay: a checkout's src/ holds them, and a second copy of
+            # adjointgen.runtime would not share the first one's settings, gauge checks included)
+            for p in extra:
+                for name in [m for m in sys.modules if m not in before and m.partition(".")[0] != "adjointgen"]:
+                    file = getattr(sys.modules.get(name), "__file__", None) or ""
+                    if file.startswith(p + os.sep):
+                        sys.modules.pop(name, None)
 
     @property
     def template_dirs(self) -> tuple[Path, ...]:

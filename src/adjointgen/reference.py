@@ -43,7 +43,8 @@ def reference_markdown() -> str:
         "the forward computation, states the operation's identities, and applies named steps until "
         "`set_jvp` can state the JVP; `derive_vjp` transposes it.  Every step is recorded with the "
         "equation it produced; `adjointgen audit` checks each one numerically on the sampler's "
-        "instances and, where the step rests on algebra alone, symbolically on explicit small matrices.\n",
+        "instances and verifies each derived step exactly, in rational arithmetic at random rational "
+        "matrices with the declared structure (docs/derivations.md: how every step is verified).\n",
         "## Declarations\n",
         *[_method(D, n) for n in DECLARATIONS],
         "## The sampler's contract\n",

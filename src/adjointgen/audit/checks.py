@@ -7,7 +7,8 @@ expressions involved); this module owns *how*: :func:`numeric` evaluates it on o
 ``value / scale``.  The kinds:
 
 - ``equation``: ``‖lhs - rhs‖`` against the sizes of the terms (``|c| Π‖factor‖``);
-- ``forward``: the declared NumPy forward's outputs satisfy every identity on primal values;
+- ``forward``: the declared forwards' outputs (NumPy's, and torch's where torch is installed)
+  satisfy every identity on primal values;
 - ``dot_product``: ``<g_in, d_in> = Σ <g_out, d_out>`` (the VJP is the JVP's adjoint);
 - ``adjoint``: a projection is self-adjoint, ``<G, P(X)> = <P(G), X>``, on random matrices;
 - ``gauge``: ``<R, Θ> = Σ <g_out, d_out(Θ)>`` for the gauge residual ``R``;
@@ -32,7 +33,8 @@ from ..calculus.derivation import Check
 from ..calculus.evaluate import concrete_expr, evaluate
 from ..calculus.nodes import DI, DJ, PairwiseDef, Structure
 
-__all__ = ["forward_outputs", "identity_residual", "numeric", "second_divided"]
+__all__ = ["forward_failures", "forward_outputs", "forward_values", "identity_residual", "identity_residuals", "numeric",
+           "second_divided"]
 
 
 def numeric(check: Check, spec, ctx) -> tuple[float, float]:
@@ -112,14 +114,14 @@ class _Env:
         self.env = env
 
 
-def identity_residual(spec, ctx, values: dict) -> float:
-    """The largest relative residual of the spec's identities on primal values only (inputs and
-    outputs), with the outputs replaced by ``values`` (NumPy arrays by symbol name)."""
+def identity_residuals(spec, ctx, values: dict) -> list[tuple[str, float]]:
+    """``(label, relative residual)`` of each of the spec's identities on primal values only (inputs
+    and outputs), with the outputs replaced by ``values`` (NumPy arrays by symbol name)."""
     primal = {s.name for s in (*spec.inputs, *spec.outputs)}
     env = dict(ctx.env)
     env.update(values)
     other = _Env(ctx, env)
-    worst = 0.0
+    out = []
     for step in spec.steps:
         if step.kind != "identity" or step.equation is None:
             continue
@@ -130,15 +132,62 @@ def identity_residual(spec, ctx, values: dict) -> float:
         if not valid <= 1e-7 * scale:
             continue  # the identity itself fails on the audit's instance: its own step reports it
         value, scale = numeric(step.check, spec, other)
-        worst = max(worst, value / scale)
-    return worst
+        out.append((step.label, value / scale))
+    return out
+
+
+def identity_residual(spec, ctx, values: dict) -> float:
+    """The largest relative residual of the spec's identities on primal values only (inputs and
+    outputs), with the outputs replaced by ``values`` (NumPy arrays by symbol name)."""
+    return max([r for _, r in identity_residuals(spec, ctx, values)] or [0.0])
+
+
+def forward_values(spec, ctx) -> dict:
+    """``{"numpy" | "torch": outputs by symbol name}``: what each declared forward computes on the
+    instance (the torch forward on CPU float64/complex128 tensors, where torch is installed)."""
+    forward = spec.forward_spec
+    out = {}
+    args = [ctx.env[s.name] for s in spec.inputs]
+    if forward.numpy is not None:
+        out["numpy"] = forward_outputs(spec, forward.numpy.resolve(np)(*args, **dict(forward.options)), np)
+    if forward.torch is not None:
+        try:
+            import torch
+        except ImportError:  # the torch forward is checked where torch is (and when code is generated)
+            return out
+        values = forward.torch.resolve()(*[torch.from_numpy(np.array(a)) for a in args], **dict(forward.options))
+        values = values if isinstance(values, (tuple, list)) else (values,)
+        order = spec.api_output_order or [spec.api_names[o.name] for o in spec.outputs]
+        values = tuple(np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v) for v in values[:len(order)])
+        out["torch"] = forward_outputs(spec, values if len(values) > 1 else values[0], np)
+    return out
+
+
+def forward_failures(spec, contexts, tolerance: float) -> list[str]:
+    """What the declared forwards get wrong on the instances: ``"the numpy forward ops:polar: its
+    outputs do not satisfy the identity 'A = U P' (relative residual 3.3e-01)"`` (the worst
+    instance's residual)."""
+    worst: dict = {}
+    for ctx in contexts:
+        for which, values in forward_values(spec, ctx).items():
+            for label, residual in identity_residuals(spec, ctx, values):
+                if not residual <= tolerance:
+                    key = (which, label)
+                    worst[key] = max(worst.get(key, 0.0), residual) if np.isfinite(residual) else float("inf")
+    return [f"the {which} forward {_forward_name(spec, which)}: its outputs do not satisfy the identity '{label}' "
+            f"(relative residual {residual:.1e})" for (which, label), residual in worst.items()]
+
+
+def _forward_name(spec, which) -> str:
+    ref = getattr(spec.forward_spec, which)
+    return ref.name if ref is not None else ""
 
 
 def _forward(spec, ctx):
-    forward = spec.forward_spec
-    fn = forward.numpy.resolve(np)
-    out = fn(*[ctx.env[s.name] for s in spec.inputs], **dict(forward.options))
-    return identity_residual(spec, ctx, forward_outputs(spec, out, np)), 1.0
+    worst = 0.0
+    for values in forward_values(spec, ctx).values():
+        worst = max(worst, identity_residual(spec, ctx, values))
+    return worst, 1.0
 
 
 def unstructured_tangent(ctx, name):

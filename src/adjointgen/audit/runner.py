@@ -6,11 +6,15 @@ below the tolerance.  Output tangents in the sampler come from Richardson-extrap
 differences of a reference forward computation, so the JVP is checked against something the engine
 did not produce.  The VJP steps are checked by the dot-product identity.
 
-Symbolic audit: a step whose validity rests only on algebra and declared structure (differentiate,
-multiply, Hadamard split, diagonal part, solve, transposition, rewrites) is replayed on explicit
-3×3 SymPy matrices with symbolic entries that carry the structure (symmetric, diagonal, skew); the
-difference must simplify to zero.  Steps that use an identity of the decomposition itself
-(``U^T A = D U^T``) are numeric only, and the report says so.
+Exact audit: every derived step is replayed (:mod:`adjointgen.audit.replays`) in exact rational
+arithmetic at random rational points of the declared structure (:mod:`adjointgen.audit.exact`): a
+polynomial identity test whose verdict states its own bound on the chance that a wrong step passes
+(Schwartz–Zippel).  A step that substitutes an equation is replayed as a substitution (the old and
+new residuals agree wherever the equation holds); a gauge step by writing the identity's
+derivative along the gauge as a multiple of the identity's residual.  A value without a rational
+form (``log|det A|``) sends the step to a symbolic replay on explicit small SymPy matrices.  What a
+derivation assumes -- its identities, definitions, forward and gauge choices -- is a premise: its
+numeric check compares it with the instances, there is nothing to derive it from.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ class StepResult:
     line: int | None
     residual: float | None  # max over instances
     tolerance: float
-    symbolic: str  # "verified", "not applicable (uses an identity)", "FAILED: ..."
+    symbolic: str  # "verified ...", "premise: ...", "FAILED: ...", "NOT verified: ..." (see verdict_kind)
     note: str
 
     @property
@@ -60,7 +64,15 @@ class StepResult:
     @property
     def failure(self) -> str:
         if self.residual is not None and not self.residual <= self.tolerance:
-            return f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}"
+            if "(evaluation error: " in self.note:  # it could not be evaluated: say why, not "inf"
+                return "the step cannot be evaluated on the audit's instances: " + \
+                    self.note.split("(evaluation error: ", 1)[1].removesuffix(")")
+            if self.kind == "identity":
+                return (f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}: the sampler's "
+                        "instances do not satisfy this identity (check the identity, and the reference values "
+                        "the sampler computes)")
+            return f"numeric residual {self.residual:.3e} > tolerance {self.tolerance:.1e}" + (
+                f": {self.note}" if self.kind == "forward" and " forward " in self.note else "")
         return self.symbolic
 
 
@@ -82,21 +94,77 @@ class AuditReport:
     def first_failure(self) -> StepResult | None:
         return next((s for s in self.steps if not s.passed), None)
 
-    def to_text(self) -> str:
-        lines = [f"{self.name}: {self.title}  ({self.path})"]
+    def counts(self) -> dict:
+        """How many steps are ``exact``, ``symbolic``, ``premise``, ``failed``, ``numeric only``."""
+        out = {k: 0 for k in VERDICT_KINDS}
         for s in self.steps:
+            out[verdict_kind(s.symbolic)] += 1
+        return out
+
+    def to_text(self, steps: bool = True) -> str:
+        lines = [f"{self.name}: {self.title}  ({self.path})"]
+        for s in self.steps if steps else ():
             res = "      -     " if s.residual is None else f"{s.residual:10.2e}"
             status = "pass" if s.passed else "FAIL"
-            sym = ("sym ok" if s.symbolic == "verified" else "sym FAIL" if s.symbolic.startswith("FAILED")
-                   else "sym time" if s.symbolic.startswith("numeric only (symbolic replay timed out") else "sym --")
-            lines.append(f"  {s.index:2d}. [{status}] {res}  {sym:8s} {s.kind:17s} {s.label}")
-        lines.append(f"  {'PASSED' if self.passed else 'FAILED'}: {len(self.steps)} steps, "
-                     f"{self.instances} numeric instances each")
-        timed = [s for s in self.steps if s.symbolic.startswith("numeric only (symbolic replay timed out")]
-        if timed:
-            lines.append(f"  steps {', '.join(str(s.index) for s in timed)}: {timed[0].symbolic} "
-                         "(symbolic_timeout in [tool.adjointgen])")
+            lines.append(f"  {s.index:2d}. [{status}] {res}  {SHORT[verdict_kind(s.symbolic)]:8s} {s.kind:17s} {s.label}")
+        lines.append(f"  {'PASSED' if self.passed else 'FAILED'}: {self.summary()}")
+        unverified = [s for s in self.steps if verdict_kind(s.symbolic) == "numeric only"]
+        if unverified:
+            lines.append(f"  NOT verified (numeric only): steps {', '.join(str(s.index) for s in unverified)}: "
+                         f"{unverified[0].symbolic}")
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        c = self.counts()
+        parts = [f"{len(self.steps)} steps", f"{c['exact']} verified exactly"]
+        if c["symbolic"]:
+            parts.append(f"{c['symbolic']} symbolically")
+        parts.append(f"{c['premise']} premises")
+        if c["numeric only"]:
+            parts.append(f"{c['numeric only']} NOT verified (numeric only)")
+        failed = sum(not s.passed for s in self.steps)
+        if failed:
+            parts.append(f"{failed} failed")
+        return ", ".join(parts) + f"; {self.instances} numeric instances each"
+
+
+#: the kinds of verdict a step's ``symbolic`` field holds
+VERDICT_KINDS = ("exact", "symbolic", "premise", "numeric only", "failed", "skipped")
+SHORT = {"exact": "exact", "symbolic": "sym ok", "premise": "premise", "numeric only": "NUMERIC",
+         "failed": "FAIL", "skipped": "--"}
+
+
+def verdict_kind(verdict: str) -> str:
+    """``exact``, ``symbolic``, ``premise``, ``numeric only`` (not verified), ``failed`` or ``skipped``."""
+    if verdict.startswith("verified exactly"):
+        return "exact"
+    if verdict.startswith("verified"):
+        return "symbolic"
+    if verdict.startswith("premise"):
+        return "premise"
+    if verdict.startswith("FAILED"):
+        return "failed"
+    if verdict == "skipped":
+        return "skipped"
+    return "numeric only"
+
+
+def exact_verdict(degree: int, points: int, replay) -> str:
+    """The text of an exact verdict: the method, and what it rests on."""
+    from .exact import SET_SIZE
+
+    bound = max(degree, 1) / SET_SIZE
+    text = (f"verified exactly: rational arithmetic at {points} random point{'s' if points > 1 else ''} "
+            f"(a wrong step passes with probability <= {bound:.0e})")
+    if replay.kind == "substitute" and replay.args[-1]:
+        text += f", given {replay.args[-1]}"
+    elif replay.kind == "constrained":
+        text += f", for every {replay.args[0]} with {replay.args[1]}^T{' ' + str(replay.args[2]) if replay.args[2] is not None else ''} {replay.args[0]} = 0"
+    elif replay.kind == "invariant":
+        text += ", as a multiple of the identity's residual"
+    elif replay.kind == "define":
+        text += f", with {replay.args[0]} set to its definition"
+    return text
 
 
 class _Context:
@@ -172,7 +240,7 @@ def _instances(d: OperationSpec, seed: int):
         for T in d.gauge_parameters:
             shape = tuple(int(x.xreplace(dims)) for x in T.shape)
             env[T.name] = _random_structured(rng, shape, T.name, d.structure, complex_)
-        for name, block in getattr(d, "value_blocks", {}).items():  # a block cotangent (its own stream)
+        for name, block in d.value_blocks.items():  # a block cotangent (its own stream)
             import zlib
 
             D = next(o for o in d.outputs if o.name == name)
@@ -324,7 +392,7 @@ def _has_inverse(step) -> bool:
 
 
 def _reusable_verdict(verdict) -> bool:
-    return isinstance(verdict, str) and (verdict == "verified" or verdict.startswith("not applicable"))
+    return isinstance(verdict, str) and verdict_kind(verdict) in ("exact", "symbolic", "premise")
 
 
 class _SymbolicTimeout(BaseException):  # not an Exception: SymPy's own handlers must not swallow it
@@ -332,7 +400,7 @@ class _SymbolicTimeout(BaseException):  # not an Exception: SymPy's own handlers
 
 
 def _timeout_verdict(seconds: float) -> str:
-    return f"numeric only (symbolic replay timed out after {seconds:g} s)"
+    return f"NOT verified: the symbolic replay timed out after {seconds:g} s"
 
 
 def _with_budget(seconds: float, fn):
@@ -356,6 +424,47 @@ def _with_budget(seconds: float, fn):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _verify(d: OperationSpec, step, symbolic_timeout: float) -> str:
+    """The verdict of one derived step: exact, else (a value without a rational form) symbolic."""
+    from .exact import NotExact, verify
+
+    free = step.kind in FREE_PAIRWISE_STEPS
+    try:
+        ok, degree, points = verify(step, d, free)
+        if ok:
+            return exact_verdict(degree, points, step.symbolic)
+        return ("FAILED: the exact residual is not zero at a random rational point "
+                f"({_replay_what(step.symbolic)})")
+    except NotExact as exc:
+        reason = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a replay that cannot be evaluated fails the step
+        return f"FAILED: {type(exc).__name__}: {exc}"
+    try:
+        small = _has_inverse(step) or (step.index > 1 and d.steps[step.index - 2].equation is not None
+                                       and _has_inverse(d.steps[step.index - 2]))
+        env = dict(_symbolic_env(d, 2 if small else 3))
+        env["__pairwise_free__"] = free
+        size = "2×2" if small else "3×3"
+        zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(replays.residual(step.symbolic, d, env)))
+        if zero:
+            return f"verified symbolically on explicit {size} matrices ({reason})"
+        return f"FAILED: the explicit {size} residual is not zero"
+    except _SymbolicTimeout:
+        return _timeout_verdict(symbolic_timeout) + f" ({reason})"
+    except NotExplicit as exc:
+        return f"NOT verified: {exc} ({reason})"
+    except Exception as exc:  # noqa: BLE001
+        return f"FAILED: {type(exc).__name__}: {exc}"
+
+
+def _replay_what(replay) -> str:
+    return {"substitute": "the substitution does not give the new equation",
+            "invariant": "the identity's derivative along the gauge is not a multiple of its residual",
+            "dot_product": "the dot-product identity <g_in, d_in> = sum <g_out, d_out> fails",
+            "differentiate": "the derivative of the old equation is not the new one"}.get(
+        replay.kind, "the new equation does not follow from the old one")
+
+
 def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, seed: int = 0,
           known: dict | None = None, symbolic_timeout: float = 0.0, progress=None) -> AuditReport:
     """Audit every step of ``d``; returns the report (``report.passed`` tells the verdict).
@@ -376,9 +485,6 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
                               "(call d.instances(sampler, [dims, ...]) before the first step; see "
                               "Derivation.instances for the sampler's contract)")
     contexts = instances(d, seed) if d.sampler is not None else []  # a script stopped early: its error
-    sym_env = _symbolic_env(d) if symbolic else None
-    # explicit inverses of 3x3 symbolic matrices are slow to simplify: steps with B^-1 use 2x2
-    sym_env_small = _symbolic_env(d, 2) if symbolic else None
     results = []
     for step in d.steps:
         started = time.perf_counter()
@@ -391,29 +497,25 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
                     r = value / scale
                 except Exception as exc:  # a step that cannot even be evaluated fails
                     r = float("inf")
-                    note = f"{note} (evaluation error: {exc})".strip()
+                    if "(evaluation error: " not in note:
+                        note = f"{note} (evaluation error: {exc})".strip()
                 residual = max(residual, r) if np.isfinite(r) else float("inf")
+            if step.kind == "forward" and not residual <= tolerance and "(evaluation error: " not in note:
+                found = checks.forward_failures(d, contexts, tolerance)  # name the identity it gets wrong
+                if found:
+                    note = "; ".join(found)
         if step.kind == "error":
             sym = f"FAILED: {step.note}"
-        elif step.symbolic is None or not symbolic:
-            sym = "not applicable (rests on an identity of the decomposition)" if step.symbolic is None else "skipped"
+        elif not symbolic:
+            sym = "skipped"
+        elif step.symbolic is None:
+            sym = "NOT verified: the step records no replay"
+        elif step.symbolic.kind == replays.PREMISE:
+            sym = f"premise: {step.symbolic.args[0]}"
         elif known is not None and _reusable_verdict(known.get((step.index, step.kind, step.label))):
             sym = known[(step.index, step.kind, step.label)]
         else:
-            try:
-                small = _has_inverse(step) or (d.steps[step.index - 2].equation is not None and step.index > 1
-                                               and _has_inverse(d.steps[step.index - 2]))
-                env = dict(sym_env_small if small else sym_env)
-                env["__pairwise_free__"] = step.kind in FREE_PAIRWISE_STEPS
-                size = "2x2" if small else "3x3"
-                zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(replays.residual(step.symbolic, d, env)))
-                sym = "verified" if zero else f"FAILED: explicit {size} residual is not zero"
-            except _SymbolicTimeout:
-                sym = _timeout_verdict(symbolic_timeout)
-            except NotExplicit:
-                sym = "not applicable (implicit solve)"
-            except Exception as exc:
-                sym = f"FAILED: {type(exc).__name__}: {exc}"
+            sym = _verify(d, step, symbolic_timeout)
         result = StepResult(step.index, step.kind, step.label, step.line, residual, tolerance, sym, note)
         results.append(result)
         if progress is not None:
@@ -441,3 +543,24 @@ def fd_tangents(forward: Callable, inputs: dict, directions: dict, *, h: float =
 
     d1, d2 = central(h), central(h / 2)
     return base, {k: (4 * d2[k] - d1[k]) / 3 for k in base}
+
+
+def report_from_verdicts(d: OperationSpec, known: dict) -> AuditReport | None:
+    """The report of an audit of ``d`` rebuilt from the verdicts recorded for the very same audit
+    inputs (``{(index, kind, label): verdict}``), without running it: ``None`` unless every step
+    has a recorded verdict that did not fail."""
+    d = as_spec(d)
+    if d.error is not None or len(known) != len(d.steps):
+        return None
+    results = []
+    for step in d.steps:
+        verdict = known.get((step.index, step.kind, step.label))
+        if not isinstance(verdict, str) or verdict_kind(verdict) in ("failed", "skipped"):
+            return None
+        results.append(StepResult(step.index, step.kind, step.label, step.line, None, 1e-7, verdict, step.note))
+    return AuditReport(
+        d.name, d.path, d.title, len(d.audit_dims), tuple(results),
+        jvp={k: str(v) for k, v in (d.jvp.rewritten.items() if d.jvp else [])},
+        vjp={k: str(v) for k, v in (d.vjp.rewritten.items() if d.vjp else [])},
+        pairwise={k: f"{v.expr} (i != j), {v.diagonal_value} (i == j)" for k, v in d.pairwise.items()},
+    )

@@ -1,7 +1,7 @@
 """A derivation: declared symbols and identities, then named steps that transform equations until
 the JVP is found, then the VJP by transposition.  Every step is recorded with the equation it
-produced, so that :mod:`adjointgen.audit` can check each one numerically and, where the step's
-validity rests on structure alone, symbolically on explicit small matrices.
+produced and what it did (a :class:`Replay`), so that :mod:`adjointgen.audit` can check each one
+numerically and verify it exactly, in rational arithmetic at random rational matrices.
 
 A derivation file reads top to bottom like the derivation in a paper::
 
@@ -64,9 +64,9 @@ class Step:
         equation: the equation the step produced (``None`` for steps that check a property).
         check: what the numeric audit checks on every instance (:class:`Check`, interpreted by
             :mod:`adjointgen.audit.checks`), or ``None``.
-        symbolic: what the symbolic audit replays on explicit small matrices (:class:`Replay`,
-            interpreted by :mod:`adjointgen.audit.replays`), or ``None`` when the step rests on an
-            identity that SymPy cannot impose on explicit matrices.
+        symbolic: what the audit replays exactly on explicit matrices (:class:`Replay`, interpreted
+            by :mod:`adjointgen.audit.replays`; ``premise`` for an identity, a definition, the
+            forward or a gauge choice: what the derivation assumes).
         line: line of the derivation file that called the step (directly or through a helper).
         helper: ``(file, line)`` inside the helper module, when a helper recorded the step.
     """
@@ -165,17 +165,24 @@ class Check:
 
 @dataclass(frozen=True)
 class Replay:
-    """What a step's symbolic audit replays on explicit small matrices: ``kind`` and the
+    """What the audit replays of a step on explicit matrices (exactly, in rational arithmetic): ``kind`` and the
     expressions it needs (``args``).  :func:`adjointgen.audit.replays.residual` says what each kind
     means; most steps are ``equal``: the new residual is an expression of the old ones
     (``M R``, ``R^T``, ``diag(R)``, ``-F ∘ R``, ...), stated with the engine's own nodes."""
 
-    kind: str  # equal, define, insert, differentiate, real, degenerate, divided, dot_product, adjoint, gauge
+    kind: str  # equal, define, substitute, unstructured, constrained, insert, differentiate, real, degenerate,
+    # invariant, divided, dot_product, adjoint, gauge, premise
     args: tuple = ()
 
 
 def _forward_check(d: "Derivation") -> Check:
     return Check("forward")
+
+
+def _premise(what: str) -> Replay:
+    """The replay of a step that rests on nothing earlier: an identity, a definition, the forward,
+    a gauge choice (what the derivation assumes; its numeric check compares it with the instances)."""
+    return Replay("premise", (what,))
 
 
 @dataclass(frozen=True)
@@ -353,8 +360,8 @@ class Derivation:
         self.vjp_factors: dict[str, tuple] = {}
         #: diagonal output name -> how its values move as a block at clusters (``derive_vjp``)
         self.value_blocks: dict[str, ValueBlock] = {}
-        #: dimension name -> size of the explicit matrices of the symbolic replay (default 3 and 2):
-        #: ``d.symbolic_sizes = {"m": 3, "n": 2}`` keeps long products of generic matrices cheap
+        #: dimension name -> size of the explicit SymPy matrices of a symbolic replay, the fallback for
+        #: values without a rational form (default 3 and 2; the exact replays take the instances' sizes)
         self.symbolic_sizes: dict[str, int] = {}
         self.error: str | None = None
         Derivation.created.append(self)
@@ -550,10 +557,9 @@ class Derivation:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
-        check = _forward_check(self) if refs["numpy"] is not None else None
-        self._record("forward", label, None, check=check,
-                     note="the outputs of the declared NumPy forward satisfy every identity"
-                     if check else "no NumPy forward declared: the torch forward is checked when code is generated")
+        check = _forward_check(self)
+        self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
+                     note="the outputs of the declared forwards (NumPy's, torch's) satisfy every identity")
 
     @property
     def gauge_parameters(self) -> list[MatrixSymbol]:
@@ -754,8 +760,10 @@ class Derivation:
         return Equation(self._norm(lhs), self._norm(rhs))
 
     def _fail(self, label, message):
-        """Record the failed step (so the audit can show everything up to it) and stop."""
-        self.error = f"{self.path}: step '{label}': {message}"
+        """Record the failed step (so the audit can show everything up to it) and stop; the message
+        names the derivation file's line that called the step."""
+        line = self._line()
+        self.error = f"{self.path}{':' + str(line) if line else ''}: step '{label}': {message}"
         self._record("error", label, None, note=message)
         raise DerivationError(self.error)
 
@@ -773,11 +781,11 @@ class Derivation:
         """A defining identity of the operation (checked numerically on every instance).
 
         Records: a ``identity`` step.  Numeric check: the residual of the identity on every instance
-        (the sampler's values must satisfy it).  Symbolic check: none (an identity of the operation
-        is an assumption, not a consequence).
+        (the sampler's values must satisfy it).  Exact check: none -- a premise (an identity of the
+        operation is an assumption, not a consequence).
         """
         eq = self._eq(lhs, rhs)
-        self._record("identity", label, eq, check=_equation_check(eq))
+        self._record("identity", label, eq, check=_equation_check(eq), symbolic=_premise(f"an identity of {self.name}"))
         return eq
 
     # ------------------------------------------------------------------ steps
@@ -785,8 +793,8 @@ class Derivation:
         """``d(lhs) = d(rhs)`` with the product, transpose and inverse rules.
 
         Records: a ``differentiate`` step.  Numeric check: the residual of the new equation on every
-        instance (output tangents from finite differences).  Symbolic check: the derivative of the
-        old equation along ``X + ε dX`` equals the new one on explicit matrices.
+        instance (output tangents from finite differences).  Exact check: the derivative of the
+        old equation along ``X + ε dX`` (dual numbers) equals the new one.
         """
         dl = algebra.differential(eq.lhs, self._tangent_of)
         dr = algebra.differential(eq.rhs, self._tangent_of)
@@ -800,7 +808,7 @@ class Derivation:
         """``M lhs = M rhs`` (projections onto a basis, ``U^T``; inverses, ``(I + A)^-1``).
 
         Records: a ``left_multiply`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``M (lhs - rhs)`` equals the new residual on explicit matrices.
+        Exact check: ``M (lhs - rhs)`` equals the new residual on random rational matrices.
         """
         new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
 
@@ -812,7 +820,7 @@ class Derivation:
         """``lhs M = rhs M``.
 
         Records: a ``right_multiply`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``(lhs - rhs) M`` equals the new residual on explicit matrices.
+        Exact check: ``(lhs - rhs) M`` equals the new residual on random rational matrices.
         """
         new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
 
@@ -823,7 +831,7 @@ class Derivation:
     def transpose(self, eq: Equation, label="transpose") -> Equation:
         """``lhs^T = rhs^T`` with declared structure applied (``A^T = A`` for symmetric ``A``).
 
-        Records: a ``transpose`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``transpose`` step.  Numeric check: the residual of the new equation.  Exact
         check: the (conjugate) transpose of the old residual equals the new one.
         """
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
@@ -839,23 +847,61 @@ class Derivation:
         second identity).  Off by default, so that a later step can still substitute the transposed
         pattern itself.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
-        check: none (it uses an identity of the decomposition).
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
+        check: the old residual with each occurrence of the pattern replaced by a fresh symbol is the
+        old residual with that symbol set to the pattern, and the new one with it set to the
+        replacement: the new equation holds wherever the old one and ``identity`` hold.
         """
-        lhs, n1 = algebra.substitute_product(eq.lhs, identity.lhs, identity.rhs, self.structure)
-        rhs, n2 = algebra.substitute_product(eq.rhs, identity.lhs, identity.rhs, self.structure)
+        patterns = [(identity.lhs, identity.rhs)]
         if transposed:
             pattern, value = self._norm(Transpose(identity.lhs)), self._norm(Transpose(identity.rhs))
             if pattern != self._norm(identity.lhs):
-                lhs, m1 = algebra.substitute_product(lhs, pattern, value, self.structure)
-                rhs, m2 = algebra.substitute_product(rhs, pattern, value, self.structure)
-                n1, n2 = n1 + m1, n2 + m2
-        if n1 + n2 == 0:
-            self._fail(label, f"pattern {identity.lhs} does not occur in {eq}")
+                patterns.append((pattern, value))
+        lhs, rhs, n = eq.lhs, eq.rhs, 0
+        for pattern, value in patterns:
+            lhs, n1 = self._substitute_product(label, lhs, pattern, value)
+            rhs, n2 = self._substitute_product(label, rhs, pattern, value)
+            n += n1 + n2
+        if n == 0:
+            self._fail(label, f"the pattern {identity.lhs} does not occur in {eq} (substitute replaces a product "
+                              "of factors, as written after the engine's normal form: "
+                              f"{self._norm(eq.lhs - eq.rhs)} = 0)")
         new = self._eq(lhs, rhs)
         self._record("substitute", label, new, check=_equation_check(new),
+                     symbolic=self._substitution_replay(eq, new, patterns, self._equation_label(identity)),
                      note=f"by {identity.lhs} = {identity.rhs}")
         return new
+
+    def _substitute_product(self, label, expr, pattern, value):
+        """:func:`algebra.substitute_product`, its errors reported at the step's line."""
+        try:
+            return algebra.substitute_product(expr, pattern, value, self.structure)
+        except DerivationError as exc:
+            self._fail(label, f"{exc}: substitute replaces one product of factors (such as U^T A) by the "
+                              "equation's other side; state the equation with that product alone on its left "
+                              "(or use replace() for a symbol)")
+
+    def _substitution_replay(self, eq, new, patterns, given: str, old_residual=None, new_residual=None) -> "Replay":
+        """The replay of a substitution: the old residual with every occurrence of each pattern
+        replaced by a fresh symbol is the old residual with the symbols set to the patterns, and the
+        new residual with them set to the replacements."""
+        old_res = eq.residual_expr if old_residual is None else old_residual
+        template = old_res
+        names = []
+        for i, (pattern, _) in enumerate(patterns):
+            z = MatrixSymbol(f"_sub{i}", *pattern.shape)
+            names.append(z.name)
+            template, _ = algebra.substitute_product(template, pattern, z, self.structure)
+        return Replay("substitute", (template, tuple(names), tuple(p for p, _ in patterns),
+                                     tuple(v for _, v in patterns), old_res,
+                                     new.residual_expr if new_residual is None else new_residual, given))
+
+    def _equation_label(self, eq: Equation) -> str:
+        """The label of the step that stated or produced ``eq`` (for a verdict: what it rests on)."""
+        for step in reversed(self.steps):
+            if step.equation is not None and step.equation == eq:
+                return f"step {step.index}: {step.label}"
+        return str(eq)
 
     def introduce(self, name: str, definition, *, skew_by: Equation | None = None, lower: bool = False,
                   upper: bool = False, label=None) -> MatrixSymbol:
@@ -867,14 +913,16 @@ class Derivation:
         lower (upper) triangular after the engine shows that the definition is a product of lower
         (upper) triangular factors (``L^-1 dL``); its diagonal is zero or one when the factors' are.
 
-        Records: a ``define`` step (and a ``skew`` step).  Numeric check: the definition on every
-        instance (and the skew-symmetry).  Symbolic check: none (a definition).
+        Records: a ``define`` step (and a ``skew`` or ``triangular`` step).  Numeric check: the
+        definition on every instance (and the structure).  Exact check: none for the definition (a
+        premise); the structure with the symbol set to its definition (``skew_by``'s residual is
+        ``±(X + X^T)``; the other triangle of a product of triangular factors vanishes).
         """
         label = label or f"introduce {name} = {definition}"
         sym = MatrixSymbol(name, *definition.shape)
         self.introduced.append((sym, definition))
         self._record("define", label, Equation(sym, self._norm(definition)),
-                     check=_equation_check(Equation(sym, self._norm(definition))))
+                     check=_equation_check(Equation(sym, self._norm(definition))), symbolic=_premise("a definition"))
         if lower or upper:
             side = "lower" if lower else "upper"
             terms = expand(definition, self.structure)
@@ -888,14 +936,16 @@ class Derivation:
                 self.structure.strict.add(name)
             eq = Equation(StrictlyLower(Transpose(sym)) if lower else StrictlyLower(sym), ZeroMatrix(*sym.shape))
             self._record("triangular", f"{name} is {side} triangular: a product of {side} triangular factors", eq,
-                         check=_equation_check(eq), note="the part on the other side of the diagonal vanishes")
+                         check=_equation_check(eq), note="the part on the other side of the diagonal vanishes",
+                         symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
             if self.structure.complex and tri[1] == "general" and all(
                     _real_diagonal_factor(f, self.structure) for f in terms[0][1]):
                 # the diagonal of a triangular product is the product of the diagonals
                 self.structure.real_diagonal.add(name)
                 eq = Equation(DiagPart(sym), DiagPart(Transpose(sym)))
                 self._record("triangular", f"{name} has a real diagonal: the product of real diagonals", eq,
-                             check=_equation_check(eq), note="diag(X) = diag(X^H)")
+                             check=_equation_check(eq), note="diag(X) = diag(X^H)",
+                             symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
         if skew_by is not None:
             res = skew_by.residual_expr
             res, n = algebra.substitute_product(res, definition, sym, self.structure)
@@ -903,9 +953,13 @@ class Derivation:
             target = self._norm(sym + Transpose(sym))
             if n + n2 == 0 or self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
                 self._fail(label, f"{skew_by} does not reduce to {name} + {name}^T = 0 (got {res})")
+            sign = 1 if self._norm(res - target) == ZeroMatrix(*sym.shape) else -1
             eq = Equation(self._norm(sym + Transpose(sym)), ZeroMatrix(*sym.shape))
+            # with the symbol set to its definition, the new residual is (±) the residual of skew_by
+            replay = Replay("define", (name, definition, MatMul(sign, skew_by.residual_expr), eq.residual_expr))
             self.structure.skew.add(name)
-            self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq))
+            self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq),
+                         symbolic=replay)
         return sym
 
     def declare_skew(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
@@ -913,23 +967,27 @@ class Derivation:
         ``X + X^T = 0`` once normalised (``dW + dW^T = 0`` after substituting ``dC = dW - M/2`` into
         ``dC + dC^T = -M``).
 
-        Records: a ``skew`` step.  Numeric check: the residual of ``X + X^T = 0``.  Symbolic check:
-        none (it rests on the equation, checked where it was derived).
+        Records: a ``skew`` step.  Numeric check: the residual of ``X + X^T = 0``.  Exact check: the
+        equation's residual is ``±(X + X^T)`` for every ``X`` (taken free of the structure declared
+        here).
         """
         label = label or f"{sym.name} is skew-symmetric, from {eq}"
         res = self._norm(eq.lhs - eq.rhs)
         target = self._norm(sym + Transpose(sym))
         if self._norm(res - target) != ZeroMatrix(*sym.shape) and self._norm(res + target) != ZeroMatrix(*sym.shape):
             self._fail(label, f"{eq} does not read {sym.name} + {sym.name}^T = 0")
+        sign = 1 if self._norm(res - target) == ZeroMatrix(*sym.shape) else -1
         self.structure.skew.add(sym.name)
         new = Equation(target, ZeroMatrix(*sym.shape))
-        self._record("skew", label, new, check=_equation_check(new))
+        # the equation reads X + X^T = 0 for every X: checked with X free of the structure declared here
+        self._record("skew", label, new, check=_equation_check(new),
+                     symbolic=Replay("unstructured", ((sym.name,), MatMul(sign, eq.residual_expr), new.residual_expr)))
         return new
 
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
         """Replace the introduced symbol's definition (and its transpose) by the symbol.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old and new residuals agree with the symbol replaced by its definition.
         """
         definition = dict((s.name, d) for s, d in self.introduced)[sym.name]
@@ -945,10 +1003,12 @@ class Derivation:
 
         # the step uses only the definition: with the symbol set to it, both residuals agree
         replay = Replay("define", (sym.name, definition, eq.residual_expr, new.residual_expr))
-        # a transposed occurrence of a skew symbol becomes -X: that uses the skewness, which rests on
-        # an identity (orthonormality), not on the definition alone
-        uses_identity = transposed and sym.name in self.structure.skew
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=None if uses_identity else replay)
+        if transposed and sym.name in self.structure.skew:
+            # a transposed occurrence of a skew symbol becomes -X: that uses the skewness too (shown
+            # where it was declared): the substitution of (definition, definition^T) by (X, X^T)
+            patterns = [(definition, sym), (Transpose(definition), Transpose(sym))]
+            replay = self._substitution_replay(eq, new, patterns, f"{sym.name} = {definition} and {sym.name} skew")
+        self._record("substitute", label, new, check=_equation_check(new), symbolic=replay)
         return new
 
     def invert_definition(self, sym: MatrixSymbol, unknown, label=None) -> Equation:
@@ -958,7 +1018,8 @@ class Derivation:
         orthogonal ``U``, ``V`` (the engine writes their inverses as transposes).
 
         Records: a ``solve`` step.  Numeric check: the residual of the solution on every instance.
-        Symbolic check: none (it rests on the definition and the factors' invertibility).
+        Exact check: with the symbol set to its definition the solution is an identity (square
+        orthonormal factors exactly orthogonal).
         """
         definitions = dict((s.name, d) for s, d in self.introduced)
         if sym.name not in definitions:
@@ -990,7 +1051,10 @@ class Derivation:
         for f in reversed(right):  # X (G1 G2)^-1 = (X G2^-1) G1^-1
             solution = solution * inverse(f)
         new = Equation(unknown, self._norm(MatMul(1 / c, solution)))
-        self._record("solve", label, new, check=_equation_check(new), symbolic=None)
+        # with the symbol set to its definition the solution is an identity (square orthonormal
+        # factors are orthogonal: their inverse is their transpose)
+        self._record("solve", label, new, check=_equation_check(new),
+                     symbolic=Replay("define", (sym.name, definition, ZeroMatrix(*new.lhs.shape), new.residual_expr)))
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
@@ -1002,7 +1066,7 @@ class Derivation:
         ``X_01`` (with ``d_0, d_1 -> d_i, d_j``) and of ``X_11`` for the diagonal.
 
         Records: a ``hadamard_split`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: the old and new residuals agree on explicit matrices, with the pairwise
+        Exact check: the old and new residuals agree on random rational matrices, with the pairwise
         matrix's entries.
         """
         label = label or f"Hadamard split of the terms D^a {X.name} D^b, D = {D.name}"
@@ -1054,7 +1118,7 @@ class Derivation:
         ``E_ii = 0`` vanish.
 
         Records: a ``diagonal_part`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``diag`` of the old residual equals the new one.
+        Exact check: ``diag`` of the old residual equals the new one.
         """
         new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
 
@@ -1067,7 +1131,7 @@ class Derivation:
         triangular ``X``, ``Φ(X + X^T) = X`` (the Cholesky step ``Φ(L^-1 dA L^-T) = dC``).
 
         Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``Φ`` of the old residual equals the new one on explicit matrices.
+        Exact check: ``Φ`` of the old residual equals the new one on explicit matrices.
         """
         return self._projection(eq, LowerHalf, label)
 
@@ -1076,7 +1140,7 @@ class Derivation:
         ``X`` keeps ``tril₋(X)`` (the QR step).
 
         Records: a ``triangular`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: ``tril₋`` of the old residual equals the new one on explicit matrices.
+        Exact check: ``tril₋`` of the old residual equals the new one on explicit matrices.
         """
         return self._projection(eq, StrictlyLower, label)
 
@@ -1094,7 +1158,7 @@ class Derivation:
         ``tril₋``: ``diagonal`` is the equation ``diag(X) = D`` the derivation found for it, and
         ``X = R - R^H + D``.
 
-        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Exact check:
         for an explicit skew ``X``, the new residual is the old one minus its transpose (plus the
         diagonal's residual).
         """
@@ -1134,7 +1198,7 @@ class Derivation:
         """``sym(lhs) = sym(rhs)``, ``sym(X) = (X + X^H)/2``: for a diagonal equation, its real
         part (``sym(S diag(Ω)) = 0`` for real ``S`` and anti-Hermitian ``Ω``).
 
-        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Exact check:
         the Hermitian part of the old residual equals the new one.
         """
         return self._part(eq, Sym, label)
@@ -1143,7 +1207,7 @@ class Derivation:
         """``skew(lhs) = skew(rhs)``, ``skew(X) = (X - X^H)/2``: for a diagonal equation, ``i``
         times its imaginary part.
 
-        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Symbolic check:
+        Records: a ``part`` step.  Numeric check: the residual of the new equation.  Exact check:
         the anti-Hermitian part of the old residual equals the new one.
         """
         from .nodes import Skew
@@ -1170,8 +1234,11 @@ class Derivation:
         Records: a ``gauge`` step per identity (unchanged along the gauge) and one for the gauge
         choice; :meth:`derive_vjp` adds the gauge residual step.  Numeric check: every identity,
         differentiated along the gauge direction, vanishes; the sampler's path satisfies the fixing
-        condition.  Symbolic check: none; for a parameter inside clusters (``within=K``), the step that
-        shows ``D Ω = Ω D`` is checked on an explicit degenerate ``D``.
+        condition.  Exact check: the derivative of each identity along the gauge is a constant
+        combination of ``R Θ``, ``Θ^T R``, ``Θ R``, ``R Θ^T`` (``R`` the identity's residual, ``Θ`` the
+        parameter or a direction's multiplier ``X -> X M``): zero wherever the identity holds; for a
+        parameter inside clusters (``within=K``) on an explicit degenerate ``D`` (the step that shows
+        ``D Ω = Ω D`` too).  The gauge choice is a premise.
 
         ``name`` names the residual's generated function (default: ``phase`` for an imaginary
         diagonal parameter, ``clusters`` for one within a cluster indicator).
@@ -1198,10 +1265,14 @@ class Derivation:
             dr = algebra.differential(eq.rhs, self._tangent_of)
             along = {self.tangents_by_name(k): v for k, v in moved.items()}
             inv = Equation(self._norm(dl.xreplace(along)), self._norm(dr.xreplace(along)))
+            D = self.pairwise[clustered].diagonal_of if clustered else None
             self._record("gauge", f"{label}: leaves '{step.label}' unchanged", inv, check=_equation_check(inv),
+                         symbolic=Replay("invariant", (eq.residual_expr, inv.residual_expr, parameter.name, D,
+                                                       tuple((o.name, e) for o, e in directions.items()))),
                          note="the identity differentiated along the gauge direction")
         fixed = self._eq(*fix)
         self._record("gauge", f"gauge choice: {fixed}", fixed, check=_equation_check(fixed),
+                     symbolic=_premise("a gauge choice"),
                      note="the reference forward of the audit is aligned to this gauge")
         return fixed
 
@@ -1219,15 +1290,30 @@ class Derivation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
         ``diag(dC)``) appears as one bare term and nowhere else.
 
-        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Symbolic check:
+        Records: a ``solve`` step.  Numeric check: the residual of the solution.  Exact check:
         the old residual divided by the coefficient equals the new one.
         """
         label = label or f"solve for {unknown}"
+        bare = isinstance(unknown, MatrixSymbol) or (isinstance(unknown, algebra.LINEAR_NODES)
+                                                     and isinstance(unknown.arg, MatrixSymbol))
+        if not bare:
+            self._fail(label, f"solve_for solves for a symbol (or a projection of one: diag(X), tril₋(X)), and "
+                              f"{unknown} is an expression: "
+                              f"name it first -- X = d.introduce(\"X\", {unknown}) and d.use_definition(eq, X) -- "
+                              "or solve for the symbol it holds (solve_sylvester for A X + X B, invert_definition, "
+                              "isolate)")
         res = expand(eq.lhs - eq.rhs, self.structure)
         mine = [(c, fs) for c, fs in res if fs == (unknown,)]
         others = [(c, fs) for c, fs in res if fs != (unknown,)]
         if len(mine) != 1 or any(f == unknown for _, fs in others for f in fs):
-            self._fail(label, f"{unknown} does not appear as a single bare term in {eq}")
+            name = unknown.name if isinstance(unknown, MatrixSymbol) else unknown.arg.name
+            where = [algebra._monomial(c, fs) for c, fs in res if unknown in fs or any(
+                name in algebra.free_names(f) for f in fs)]
+            self._fail(label, f"solve_for needs {unknown} as one term of its own, c {unknown} (the rule: the unknown "
+                              f"a bare symbol, not inside a product or a solve); in {self._norm(eq.lhs - eq.rhs)} = 0 "
+                              f"it appears in {', '.join(map(str, where)) or 'no term'}: "
+                              "move the other terms (left_multiply/right_multiply by an inverse, solve_sylvester, "
+                              "isolate) first")
         c = mine[0][0]
         sol = self._norm(MatMul(-1 / c, algebra.build(others, unknown.shape)))
         new = Equation(unknown, sol)
@@ -1248,7 +1334,7 @@ class Derivation:
         zero there, the gauge's fixing condition ``K ∘ X = 0``.
 
         Records: a ``solve_offdiagonal`` step.  Numeric check: the residual of the solution.
-        Symbolic check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
+        Exact check: ``-F ∘ (old residual)`` (plus the diagonal) equals the new residual.
         """
         label = label or f"solve off the diagonal for {unknown.name}"
         if unknown.name not in self.structure.skew and diagonal is None:
@@ -1307,7 +1393,7 @@ class Derivation:
         vanishes (a pair of zero singular values): there the equation leaves ``X_ij`` free.
 
         Records: a ``solve_hadamard`` step.  Numeric check: the residual of the solution.
-        Symbolic check: ``-F ∘ (old residual)`` equals the new residual on explicit matrices.
+        Exact check: ``-F ∘ (old residual)`` equals the new residual on random rational matrices.
         """
         label = label or f"solve {E.name} ∘ {unknown.name} = ... entrywise"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1345,7 +1431,7 @@ class Derivation:
         divided-difference matrix, continuous across equal values: the Daleckii–Krein ``L``).
 
         Records: a ``combine_pairwise`` step.  Numeric check: the residual of the new equation.
-        Symbolic check: the old and new residuals agree on explicit matrices (with the limit shown
+        Exact check: the old and new residuals agree on explicit matrices (with the limit shown
         by SymPy when the diagonal is absorbed).
         """
         label = label or f"combine {' ∘ '.join(f.name for f in factors)} into {name}"
@@ -1416,7 +1502,7 @@ class Derivation:
         (:func:`adjointgen.runtime.spectral.second_order`).
 
         Records: a ``second_order`` step.  Numeric check: ``U S U^T`` against the central
-        difference of the derived VJP along the instance's tangents ``(dU, dD)``.  Symbolic
+        difference of the derived VJP along the instance's tangents ``(dU, dD)``.  Exact
         check: ``T`` is symmetric in its three arguments and tends to ``f''(a)/2`` (series in
         ``h`` of ``T(a, a + h, a + 2h)``), for the generic ``f``.
         """
@@ -1459,7 +1545,7 @@ class Derivation:
     def subtract(self, first: Equation, second: Equation, label=None) -> Equation:
         """The difference of two equations.
 
-        Records: a ``subtract`` step.  Numeric check: the residual of the difference.  Symbolic check:
+        Records: a ``subtract`` step.  Numeric check: the residual of the difference.  Exact check:
         the difference of the old residuals equals the new one.
         """
         label = label or "subtract the equations"
@@ -1472,7 +1558,7 @@ class Derivation:
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
         """Replace the symbol ``solved.lhs`` by ``solved.rhs`` in ``eq``.
 
-        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``substitute`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old residual with the solved value inserted equals the new one.
         """
         label = label or f"substitute {solved.lhs} = {solved.rhs}"
@@ -1500,7 +1586,8 @@ class Derivation:
         is checked numerically with a bordered dense solve.
 
         Records: a ``solve_shifted`` step.  Numeric check: the solution against a bordered dense
-        solve of every shifted system.  Symbolic check: none (an implicit solve).
+        solve of every shifted system.  Exact check: the shifted solve of the old residual (divided by
+        ``c``) is the new residual, for every ``W`` with ``U^T B W = 0``.
         """
         label = label or f"solve the shifted systems for {W.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1519,7 +1606,10 @@ class Derivation:
         R = algebra.build(rest, W.shape)
         Bop = Identity(A.shape[0]) if B is None else B
         new = Equation(W, self._norm(ShiftedSolve(MatMul(-1 / c, R), A, Bop, U, D)))
+        # S(R_old / c) = W - S(-R/c) = the new residual, for every W with U^T B W = 0
+        expected = ShiftedSolve(MatMul(1 / c, eq.residual_expr), A, Bop, U, D)
         self._record("solve_shifted", label, new, check=_equation_check(new),
+                     symbolic=Replay("constrained", (W.name, U, B, expected, new.residual_expr)),
                      note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
         return new
 
@@ -1536,8 +1626,9 @@ class Derivation:
         on the CPU: tensors on other devices make a host round trip).
 
         Records: a ``solve_sylvester`` step.  Numeric check: the residual of the solution, with the
-        solve evaluated by SciPy's Bartels-Stewart solver, on every instance.  Symbolic check: none
-        (an implicit solve).
+        solve evaluated by SciPy's Bartels-Stewart solver, on every instance (a singular equation is
+        named with the eigenvalues that collide).  Exact check: the Sylvester solve of the old
+        residual (divided by ``c``) is the new residual.
         """
         B = A if B is None else B
         label = label or f"solve the Sylvester equation for {X.name}"
@@ -1556,7 +1647,10 @@ class Derivation:
         R = algebra.build(rest, X.shape)
         new = Equation(X, self._norm(SylvesterSolve(MatMul(-1 / c, R), A, B, hermitian)))
         how = "in the eigenbases of" if hermitian else "by Bartels-Stewart (Schur forms of"
+        # Syl(R_old / c) = X - Syl(-R/c): the new residual (the solve is linear)
+        expected = SylvesterSolve(MatMul(1 / c, eq.residual_expr), A, B, hermitian)
         self._record("solve_sylvester", label, new, check=_equation_check(new),
+                     symbolic=Replay("equal", (expected, new.residual_expr)),
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
         return new
 
@@ -1569,7 +1663,8 @@ class Derivation:
 
         Records: an ``invert_operator`` step.  Numeric check: the residual of the solution, with the
         inverse evaluated independently (a dense solve of the operator's matrix) on every instance.
-        Symbolic check: none (an implicit solve).
+        Exact check: the inverse operator applied to the old residual (divided by ``c``) is the new
+        residual.
         """
         label = label or f"invert the operator applied to {X.name}"
         res = expand(eq.lhs - eq.rhs, self.structure)
@@ -1582,7 +1677,9 @@ class Derivation:
         if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
             self._fail(label, f"{X.name} appears outside {node} in {eq}")
         new = Equation(X, self._norm(node.inverse_operator(MatMul(-1 / c, algebra.build(rest, X.shape)))))
+        expected = node.inverse_operator(MatMul(1 / c, eq.residual_expr))  # L^-1(R_old / c): the new residual
         self._record("invert_operator", label, new, check=_equation_check(new),
+                     symbolic=Replay("equal", (expected, new.residual_expr)),
                      note=f"{node} = C solved for {X.name}")
         return new
 
@@ -1590,7 +1687,7 @@ class Derivation:
         """Move the terms holding ``tangent`` to the left, the rest to the right, and scale so the
         left side is exactly ``block`` (a linear expression in ``tangent``, e.g. ``X A dX (I - A X)``).
 
-        Records: a ``isolate`` step.  Numeric check: the residual of the new equation.  Symbolic
+        Records: a ``isolate`` step.  Numeric check: the residual of the new equation.  Exact
         check: the old residual divided by the ratio equals the new one.
         """
         label = label or f"isolate {block}"
@@ -1612,7 +1709,7 @@ class Derivation:
     def add(self, *equations: Equation, label=None) -> Equation:
         """The sum of equations (e.g. the blocks of a projector decomposition).
 
-        Records: a ``add`` step.  Numeric check: the residual of the sum.  Symbolic check: the sum
+        Records: a ``add`` step.  Numeric check: the residual of the sum.  Exact check: the sum
         of the old residuals equals the new one.
         """
         label = label or "add the equations"
@@ -1625,7 +1722,7 @@ class Derivation:
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
         """Two routes arrive at the same equation: their residuals are equal as expressions.
 
-        Records: a ``same`` step.  Numeric check: both equations on every instance.  Symbolic check:
+        Records: a ``same`` step.  Numeric check: both equations on every instance.  Exact check:
         the two residuals agree on explicit matrices.
         """
         label = label or "the two routes give the same equation"
@@ -1646,7 +1743,7 @@ class Derivation:
         use, differentiated by another derivation).
 
         Records: a ``jvp`` and a ``rewrite`` step per output.  Numeric check: each JVP against the sampler's
-        finite-difference output tangents; its form for code against the derived one.  Symbolic
+        finite-difference output tangents; its form for code against the derived one.  Exact
         check: the form for code equals the derived one.
         """
         self.partial_rules = partial
@@ -1674,9 +1771,13 @@ class Derivation:
         code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
         self.jvp = Rule(raw, code, sources)
         for k in raw:
-            self._record("jvp", f"JVP {k} = {raw[k]}", Equation(self.tangents_by_name(k), raw[k]),
-                         check=_equation_check(Equation(self.tangents_by_name(k), raw[k])),
-                         note="checked against the finite-difference tangent of the reference forward")
+            solved = solutions[k]
+            jvp_eq = Equation(self.tangents_by_name(k), raw[k])
+            self._record("jvp", f"JVP {k} = {raw[k]}", jvp_eq,
+                         check=_equation_check(jvp_eq),
+                         symbolic=Replay("equal", (solved.residual_expr, jvp_eq.residual_expr)),
+                         note=f"the equation of {self._equation_label(solved)}; checked against the "
+                              "finite-difference tangent of the reference forward")
             self._record("rewrite", f"JVP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
                          check=_equation_check(Equation(code[k], raw[k])),
                          symbolic=_same_value_symbolic(code[k], raw[k]))
@@ -1720,8 +1821,9 @@ class Derivation:
 
         Records: a ``square`` step per rule output and variant (and ``specialize`` steps for a
         complex derivation's real data).  Numeric check: the variant against the general rule on
-        the instances where the outputs are square (at least one instance must be).  Symbolic
-        check: none (it uses an identity of those shapes)."""
+        the instances where the outputs are square (at least one instance must be).  Exact
+        check: the variant is the general rule with ``U U^T`` replaced by ``I`` (a substitution, given
+        ``U U^T = I``, which holds for square ``U`` with orthonormal columns)."""
         from itertools import combinations
 
         label = "rules for square " + _and([getattr(X, "name", repr(X)) for X in outputs])
@@ -1750,11 +1852,13 @@ class Derivation:
             self._fail(label, f"the audit instances with {_and(names)} square are all {fields.pop()}: add one of "
                        "the other field to d.instances, so that both sets of rules are checked")
 
+        patterns = [(self._norm(X * X.T), Identity(X.shape[0])) for X in subset]
+
         def special(rule: Rule) -> dict:
             out = {}
             for k, e in rule.raw.items():
-                for X in subset:
-                    e, _ = algebra.substitute_product(e, X * X.T, Identity(X.shape[0]), self.structure)
+                for pattern, value in patterns:
+                    e, _ = algebra.substitute_product(e, pattern, value, self.structure)
                 out[k] = self._norm(e)
             return out
 
@@ -1766,8 +1870,11 @@ class Derivation:
             code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
             for k in raw:
                 eq = Equation(code[k], general.raw[k])
+                given = _and([n + ' ' + n + '^T = I' for n in names])
+                replay = self._substitution_replay(None, None, patterns, f"{given} (square with orthonormal columns)",
+                                                   old_residual=general.raw[k], new_residual=code[k])
                 self._record("square", f"{what} {k} where {_and(names)} {'is' if len(names) == 1 else 'are'} square "
-                             f"({_and([n + ' ' + n + '^T = I' for n in names])}): {code[k]}", eq,
+                             f"({given}): {code[k]}", eq, symbolic=replay,
                              check=Check("equation", (eq,), square=names),
                              note=f"checked on the instances with {_and(names)} square")
             rules.append(Rule(raw, code, dict(general.sources)))
@@ -1791,8 +1898,8 @@ class Derivation:
         Hermitian route.
 
         Records: a ``directions`` step per input (numeric: the JVP along a random unstructured
-        tangent against central differences of the general forward; symbolic: none -- the
-        derivation's steps assumed symmetric tangents, so only the general function can say) and a
+        tangent against central differences of the general forward; a premise -- the derivation's
+        steps assumed symmetric tangents, so only the general function can say) and a
         ``transpose`` step per input (the dot-product identity along unstructured tangents)."""
         names = tuple(X.name for X in inputs)
         label = label or f"the rules along unstructured tangents of {_and(names)}"
@@ -1806,6 +1913,7 @@ class Derivation:
         for X in inputs:
             self._record("directions", f"the JVP along an unstructured d{X.name} is the general function's "
                          f"derivative at symmetric {X.name}", None, check=Check("directions", (X.name,)),
+                         symbolic=_premise("the general function's derivative (its sampler's general forward)"),
                          note="against central differences of the sampler's general forward")
         raw, sources = dict(self.vjp.raw), dict(self.vjp.sources)
         for X in inputs:
@@ -1836,7 +1944,7 @@ class Derivation:
 
         Records: ``transpose``, ``project`` and ``rewrite`` steps (and ``lowrank``, ``specialize``,
         ``gauge``).  Numeric check: the dot-product identity ``<g_in, d_in> = Σ <g_out, d_out>``
-        with random cotangents.  Symbolic check: the dot-product identity on explicit matrices.
+        with random cotangents.  Exact check: the dot-product identity on explicit matrices.
         """
         if self.jvp is None:
             self._fail("VJP", "set_jvp must come first")

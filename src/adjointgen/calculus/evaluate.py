@@ -23,6 +23,16 @@ from sympy.matrices.expressions import (
 from .nodes import DI, DJ, EngineNode, PairwiseMatrix
 
 
+class SingularSylvester(ValueError):
+    """A Sylvester equation ``A X + X B = C`` whose coefficients share an eigenvalue with opposite
+    signs (``λ + μ = 0``): no unique solution."""
+
+
+def _show(z) -> str:
+    z = complex(z)
+    return f"{z.real:+.6g}" if abs(z.imag) <= 1e-12 * max(abs(z.real), 1) else f"{z.real:+.6g}{z.imag:+.6g}i"
+
+
 class NotExplicit(Exception):
     """The expression holds an implicit node (a solve) that has no explicit symbolic value."""
 
@@ -137,9 +147,19 @@ class _Numpy:
 
     @staticmethod
     def sylvester_solve(A, B, C):
-        """``X`` with ``A X + X B = C`` (Bartels-Stewart, SciPy)."""
+        """``X`` with ``A X + X B = C`` (Bartels-Stewart, SciPy); :class:`SingularSylvester` where an
+        eigenvalue of ``A`` is (to rounding) the negative of one of ``B``: no unique solution."""
         import scipy.linalg
 
+        lam, mu = np.linalg.eigvals(A), np.linalg.eigvals(B)
+        gaps = np.abs(lam[:, None] + mu[None, :])
+        scale = max(float(np.abs(lam).max(initial=0)), float(np.abs(mu).max(initial=0)), 1e-300)
+        i, j = np.unravel_index(np.argmin(gaps), gaps.shape) if gaps.size else (0, 0)
+        if gaps.size and gaps[i, j] <= 1e-10 * scale:
+            raise SingularSylvester(
+                f"singular: the eigenvalue {_show(lam[i])} of the first coefficient and {_show(mu[j])} of the second "
+                "add up to 0, so A X + X B = C has no unique solution (a Sylvester solve needs no eigenvalue of A "
+                "to be the negative of one of B)")
         return scipy.linalg.solve_sylvester(A, B, C)
 
     @staticmethod

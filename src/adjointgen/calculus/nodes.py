@@ -356,7 +356,14 @@ class SylvesterSolve(OperatorSolve):
 
     def evaluate_rule(self, ev, arith, size, env):
         A, B = self.operator[:2]
-        return arith.sylvester_solve(ev(A), ev(B), ev(self.arg))
+        try:
+            return arith.sylvester_solve(ev(A), ev(B), ev(self.arg))
+        except ValueError as exc:  # name the equation: the coefficients as the derivation wrote them
+            if type(exc).__name__ != "SingularSylvester":
+                raise
+            raise type(exc)(f"Syl[{A}, {B}]: the Sylvester equation {A} X + X {B} = C is "
+                            + str(exc).replace("the first coefficient", str(A)).replace("the second", str(B))
+                            .replace("A X + X B = C has", "it has")) from None
 
     def lower_rule(self, b):
         A, B = self.operator[:2]
