@@ -47,12 +47,38 @@ from .xp import rounding_rtol, shifted_solve, zero_where_negligible
 
 __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
-    "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "lu_solve", "masked_quotient",
+    "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "library", "library_semantics", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
     "symmetrized", "sqrtm_general", "sylvester", "zero_where_negligible", "check_finite_outputs",
 ]
 
 _RAISE_IN_JIT = False
+
+
+@contextlib.contextmanager
+def library_semantics():
+    """The JAX settings adjointgen's own code is written for, whatever the caller's are: standard
+    dtype promotion (the derived rules multiply real pairwise matrices, eigenvalues and singular
+    values with complex vectors, and scale by Python scalars), batch dimensions broadcast where
+    the rules broadcast them, and matrix products at ``Precision.HIGHEST`` (as JAX's own derivative
+    rules ask: float32 products on accelerators otherwise round to bfloat16/TF32).  A caller's
+    ``jax_numpy_dtype_promotion='strict'`` or ``jax_numpy_rank_promotion='raise'`` (JAX's test
+    configuration) then governs the caller's code, not the library's; the outputs keep the dtypes
+    and shapes JAX's own functions give (``custom_jvp`` and :func:`linear_rule`'s transpose check
+    them)."""
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"), \
+            jax.default_matmul_precision("highest"):
+        yield
+
+
+def library(fn):
+    """``fn`` run under :func:`library_semantics` (a decorator for every entry point JAX calls:
+    forwards, derivative rules, transpositions, primitive implementations and lowerings)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with library_semantics():
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def array_module(*arrays):
@@ -154,6 +180,28 @@ def sqrtm_general(A):
     return X if jnp.iscomplexobj(A) else jnp.real(X).astype(A.dtype)
 
 
+@jax.jit
+def _rounding_clusters(d):
+    """``(..., n, n)``: the pairs ``i != j`` whose values are equal to rounding (one jitted
+    computation: op by op it would be twenty small ones)."""
+    n = d.shape[-1]
+    real = jnp.finfo(d.dtype).dtype
+    eps = float(jnp.finfo(real).eps)
+    scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
+    rtol = rounding_rtol(n, eps)
+    tol = rtol * scale
+    # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
+    # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
+    real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
+    width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
+    bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
+    # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
+    pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
+    off_diagonal = jnp.broadcast_to(~jnp.eye(n, dtype=bool), pair.shape)
+    return ((jnp.abs(d[..., :, None] - d[..., None, :]) <= rtol * pair)
+            & (bucket[..., :, None] == bucket[..., None, :]) & off_diagonal)
+
+
 def generic_basis(d, *vectors, normalize: bool = False):
     """``vectors`` (columns paired with the values ``d``) with the columns of every cluster of values
     equal to rounding (:func:`adjointgen.runtime.xp.rounding_rtol`, relative to the pair) rotated by one
@@ -168,33 +216,30 @@ def generic_basis(d, *vectors, normalize: bool = False):
     if n < 2 or not vectors:
         return vectors
     dtype = vectors[0].dtype
-    real = jnp.finfo(dtype).dtype
-    eps = float(jnp.finfo(real).eps)
-    scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
-    rtol = rounding_rtol(n, eps)
-    tol = rtol * scale
-    # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
-    # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
-    real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
-    width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
-    bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
-    # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
-    pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
-    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= rtol * pair)
-         & (bucket[..., :, None] == bucket[..., None, :]) & ~jnp.eye(n, dtype=bool))
+    K = _rounding_clusters(d)
     rng = numpy.random.default_rng(0x5EED + n)
     M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
     Omega = jnp.asarray((M - numpy.conj(M.T)) / 2, dtype=dtype)
+    # module-level branches and the constants as operands: the conditional is traced once per
+    # shape, not per call (a new closure each call would compile again in op-by-op mode)
+    rotated = _rotated_normalized if normalize else _rotated
+    if is_concrete(K):  # op by op: the rotation (and its compilation) only where a cluster exists
+        return rotated((K, Omega, tuple(vectors))) if bool(jnp.any(K)) else tuple(vectors)
+    return jax.lax.cond(jnp.any(K), rotated, _unrotated, (K, Omega, tuple(vectors)))
 
-    def rotate(args):
-        K, vs = args
-        R = jax.scipy.linalg.expm(jnp.where(K, Omega, 0).astype(dtype))
-        out = [v @ R for v in vs]
-        if normalize:
-            out = [v / jnp.linalg.norm(v, axis=-2, keepdims=True) for v in out]
-        return tuple(out)
 
-    return jax.lax.cond(jnp.any(K), rotate, lambda args: tuple(args[1]), (K, tuple(vectors)))
+def _rotated(args):
+    K, Omega, vs = args
+    R = jax.scipy.linalg.expm(jnp.where(K, Omega, jnp.zeros((), Omega.dtype)))
+    return tuple(v @ R for v in vs)
+
+
+def _rotated_normalized(args):
+    return tuple(v / jnp.linalg.norm(v, axis=-2, keepdims=True) for v in _rotated(args))
+
+
+def _unrotated(args):
+    return tuple(args[2])
 
 
 def eigh(A):
@@ -442,6 +487,7 @@ def transposition(mode: str):
         _TRANSPOSE = old
 
 
+@library
 def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...], *, transpose: str | None = None) -> tuple:
     """The output tangents of the derived JVP (complex or real rules), passed through
     :func:`gauge_checked` where the operation has gauge residuals.  ``cotangent_names``: the names
@@ -478,6 +524,7 @@ class _Linear:
         k = len(self.tangent_names)
         return dict(self.static, **dict(zip(self.tangent_names, args[:k])), **dict(zip(self.names, args[k:])))
 
+    @library
     def forward(self, *args):
         return list(self.call(self.env(args)))
 
@@ -559,6 +606,7 @@ def _make_primitives():
     def shapes(*args, check, count):
         return [jax.core.ShapedArray(x.shape, x.dtype) for x in args[:count]]
 
+    @library
     def traced_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
 
@@ -581,6 +629,7 @@ def _make_primitives():
             bad = lax.cond(clustered, verdict, lambda operands: jnp.zeros(shape.shape, bool), (cotangents, held))
         return _poison(bad, cotangents)
 
+    @library
     def eager_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
         clustered = check.clustered(held)
@@ -608,6 +657,7 @@ def _make_primitives():
         out = hook_p.bind(*primals, check=check, count=count)
         return out, [ad.instantiate_zeros(t) for t in tangents[:count]]
 
+    @library
     def hook_transpose(cts, *args, check, count):
         held = args[count:]
         cts = [ad.instantiate_zeros(c) if type(c) is ad.Zero else c for c in cts]
@@ -622,6 +672,7 @@ def _make_primitives():
     mlir.register_lowering(check_p, mlir.lower_fun(traced_check, multiple_results=True))
     batching.primitive_batchers[check_p] = batched(check_p)
 
+    @library
     def check_jvp(primals, tangents, *, check, count):
         out = check_p.bind(*primals, check=check, count=count)
         found = check.bad(list(primals[:count]), primals[count:])
@@ -632,12 +683,14 @@ def _make_primitives():
 
     tangent_p = Primitive("adjointgen_tangent_check")
 
+    @library
     def tangent_impl(X, denominator, d, *, op, rtol):
         from .xp import check_tangent as host_check
 
         host_check(numpy, op, numpy.asarray(X), numpy.asarray(denominator), numpy.asarray(d), rtol)
         return X
 
+    @library
     def tangent_traced(X, denominator, d, *, op, rtol):
         off = negligible(jnp, denominator, d, rtol) & ~jnp.eye(X.shape[-1], dtype=bool)
         from .xp import split_pairs
@@ -666,6 +719,7 @@ def _make_primitives():
     linear_p = Primitive("adjointgen_linear_rule")
     linear_p.multiple_results = True
 
+    @library
     def linear_abstract(*args, plan):
         avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args]
         return [jax.core.ShapedArray(o.shape, o.dtype) for o in jax.eval_shape(plan.forward, *avals)]
@@ -676,6 +730,7 @@ def _make_primitives():
         out = linear_p.bind(*args, plan=plan)
         return out, [0] * len(out)
 
+    @library
     def linear_jvp(primals, tangents, *, plan):
         # the JVP is linear in the input tangents, not in the primal values it reads: its
         # derivative is that of its jax.numpy operations
@@ -683,6 +738,7 @@ def _make_primitives():
         out, dout = jax.jvp(plan.forward, tuple(primals), tuple(tangents))
         return out, dout
 
+    @library
     def linear_transpose(cts, *args, plan):
         k = len(plan.tangent_names)
         held = args[k:]
