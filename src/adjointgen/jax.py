@@ -116,11 +116,13 @@ def funm(A, f, *, domain=None):
     return _jax_funm.funm(A, program, condition)
 # the signatures and results of jax.numpy.linalg / jax.scipy.linalg over the generated operations
 from .composite.jax_dropins import (  # noqa: E402,F811
-    EighResult, EigResult, QRResult, SlogdetResult, SVDResult, cholesky, eig, eigh, eigvals, eigvalsh, lstsq, lu,
-    pinv, qr, slogdet, solve, solve_triangular, svd, svdvals)
+    EighResult, EigResult, QRResult, SlogdetResult, SVDResult, cholesky, det, eig, eigh, eigvals, eigvalsh, inv, lstsq,
+    lu, pinv, qr, slogdet, solve, solve_triangular, svd, svdvals)
+from .composite import jax_lax as lax  # noqa: E402  (jax.lax.linalg's signatures)
+from .composite import jax_scipy as scipy  # noqa: E402  (jax.scipy.linalg's signatures)
 
 _DROPINS = ["eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "cholesky", "solve", "solve_triangular",
-            "lstsq", "lu", "slogdet", "pinv", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
+            "lstsq", "lu", "slogdet", "pinv", "det", "inv", "lax", "scipy", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
 __all__ = sorted({*_FUNCTIONS, *_DROPINS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds",
                   "funm"})
 del _FUNCTIONS

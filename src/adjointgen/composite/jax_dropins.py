@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 
 from ..generated.jax import cholesky as _cholesky
+from ..generated.jax import det as _det
 from ..generated.jax import eig as _eig
 from ..generated.jax import eigh as _eigh
 from ..generated.jax import eigh_generalized as _eigh_generalized
+from ..generated.jax import inv as _inv
 from ..generated.jax import lstsq as _lstsq
 from ..generated.jax import lu as _lu
 from ..generated.jax import pinv as _pinv
@@ -64,6 +66,15 @@ def _H(x):
     return jnp.conj(jnp.swapaxes(x, -1, -2))
 
 
+def as_inexact(x):
+    """``x`` as a JAX array of a floating or complex dtype: integer and boolean arrays become the
+    default floating dtype (float64 with x64, else float32), as JAX's linear algebra promotes them."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jax.dtypes.canonicalize_dtype(jnp.float64))
+    return x
+
+
 def _hermitian_from(a, UPLO, symmetrize_input):
     """The Hermitian matrix the decomposition reads: ``(a + a^H)/2`` (the default, as JAX), or the
     triangle ``UPLO`` mirrored (``symmetrize_input=False``, as LAPACK)."""
@@ -83,6 +94,7 @@ def _diag(d):
 
 
 # ---------------------------------------------------------------- eigendecompositions
+@_rt.library
 def eigh(a, b=None, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
          cluster_rtol=None, broadening=None):
     """Hermitian eigendecomposition, as ``jax.numpy.linalg.eigh(a, UPLO, symmetrize_input)`` and
@@ -107,17 +119,20 @@ def eigh(a, b=None, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_onl
     return w if eigvals_only else EighResult(w, V)
 
 
+@_rt.library
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """The eigenvalues of Hermitian ``a``, ascending, as ``jax.numpy.linalg.eigvalsh``."""
     return eigh(a, UPLO=UPLO, symmetrize_input=symmetrize_input, eigvals_only=True)
 
 
+@_rt.library
 def eig(a, *, cluster_rtol=None, broadening=None):
     """Eigendecomposition of a general square ``a``, as ``jax.numpy.linalg.eig``:
     ``EigResult(eigenvalues, eigenvectors)``, complex (``derivations/eig.py``)."""
     return EigResult(*_eig.eig(a, cluster_rtol=cluster_rtol, broadening=broadening))
 
 
+@_rt.library
 def eigvals(a):
     """The eigenvalues of a general square ``a``, as ``jax.numpy.linalg.eigvals``."""
     return eig(a).eigenvalues
@@ -165,6 +180,7 @@ def _complement_of_jvp(cluster_rtol, primals, tangents):
     return U2, dU2
 
 
+@_rt.library
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, cluster_rtol=None, broadening=None):
     """Singular value decomposition, as ``jax.numpy.linalg.svd``: ``SVDResult(U, S, Vh)``, or ``S``
     alone with ``compute_uv=False``.  ``full_matrices=True`` (the default, as JAX) with m != n
@@ -188,26 +204,41 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, cluster_rtol
     return SVDResult(U, S, jnp.concatenate([Vh, _H(V2)], axis=-2))
 
 
+@_rt.library
 def svdvals(x, /):
     """The singular values, descending, as ``jax.numpy.linalg.svdvals``."""
     return svd(x, compute_uv=False)
 
 
 # ---------------------------------------------------------------- factorizations and solves
+@_rt.library
 def qr(a, mode="reduced"):
     """QR factorization, as ``jax.numpy.linalg.qr``: ``QRResult(Q, R)`` for ``mode="reduced"`` (and
     ``"complete"`` where m <= n, the same factors), ``R`` alone for ``mode="r"``
-    (``derivations/qr.py``).  ``"complete"`` for a tall ``a`` needs a basis of the complement, a
-    gauge no loss can depend on, and ``"raw"`` LAPACK's Householder form: both raise."""
-    a = jnp.asarray(a)
+    (``derivations/qr.py``; a wide ``a = [X | Y]`` is ``X = Q R_X``, ``R = [R_X | Q^H Y]``, so its
+    derivative is the same rule's).  ``"complete"`` for a tall ``a`` needs a basis of the
+    complement, a gauge no loss can depend on, and ``"raw"`` LAPACK's Householder form: both raise."""
+    a = as_inexact(a)
     if mode not in ("reduced", "complete", "r", "raw"):
         raise ValueError(f"qr: unsupported mode {mode!r} (reduced, complete, r, raw)")
     if mode == "raw" or (mode == "complete" and a.shape[-2] > a.shape[-1]):
         raise NotImplementedError(f"qr: mode={mode!r} of a tall matrix is not differentiable here: use mode='reduced'")
-    Q, R = _qr.qr(a)
+    Q, R = _qr_any(a)
     return R if mode == "r" else QRResult(Q, R)
 
 
+def _qr_any(a):
+    """``(Q, R)`` of any shape: the derived rule of ``derivations/qr.py`` is for m >= n; a wide
+    ``a = [X | Y]`` is factored as ``X = Q R_X`` with ``R = [R_X | Q^H Y]`` (LAPACK's factors: its
+    first m Householder reflections are those of ``X``)."""
+    m, n = a.shape[-2:]
+    if m >= n:
+        return _qr.qr(a)
+    Q, R_X = _qr.qr(a[..., :m])
+    return Q, jnp.concatenate([R_X, _H(Q) @ a[..., m:]], axis=-1)
+
+
+@_rt.library
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """Cholesky factor of a Hermitian positive definite ``a``, as ``jax.numpy.linalg.cholesky``:
     lower ``L`` with ``a = L L^H`` (``upper=True``: ``L^H``).  A matrix that is not positive definite
@@ -230,6 +261,7 @@ def _as_matrix_rhs(a, b):
     return b, False
 
 
+@_rt.library
 def solve(a, b):
     """``x`` with ``a x = b``, as ``jax.numpy.linalg.solve``: ``b`` of shape ``(..., n, k)``, or
     ``(n,)`` for one right-hand side (batch dimensions broadcast; ``derivations/solve.py``)."""
@@ -239,6 +271,7 @@ def solve(a, b):
     return X[..., 0] if vector else X
 
 
+@_rt.library
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, debug=None,
                      check_finite=True):
     """``x`` with ``op(a) x = b`` for triangular ``a``, as ``jax.scipy.linalg.solve_triangular``
@@ -266,6 +299,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     return X[..., 0] if vector else X
 
 
+@_rt.library
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
     """Least squares, as ``jax.numpy.linalg.lstsq``: ``(x, resid, rank, s)``; ``x`` differentiable by
     ``derivations/lstsq.py`` (the minimum-norm solution, ``pinv(a) b``), ``s`` the singular values
@@ -286,14 +320,75 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     return (X[..., 0] if vector else X), r, rank, s  # a vector b: resid of shape (1,), as NumPy
 
 
+@_rt.library
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
-    """LU factorization with partial pivoting of a square ``a``, as ``jax.scipy.linalg.lu``:
-    ``(p, l, u)`` with ``a = p l u``, or ``(p l, u)`` with ``permute_l`` (``derivations/lu.py``)."""
+    """LU factorization with partial pivoting, as ``jax.scipy.linalg.lu``: ``(p, l, u)`` with
+    ``a = p l u``, or ``(p l, u)`` with ``permute_l``, for ``a`` of shape ``(..., m, n)`` (``l``
+    ``(..., m, k)`` unit lower triangular, ``u`` ``(..., k, n)`` upper, ``k = min(m, n)``; ``p`` is
+    piecewise constant, with a zero derivative).  The rules are ``derivations/lu.py``'s (square);
+    a tall or wide ``a`` uses them on a square completion of the factors (see
+    :func:`_lu_rectangular`)."""
     del overwrite_a, check_finite
-    P, L, U = _lu.lu(a)
+    a, = _rt.inputs("lu", (("A", as_inexact(a)),), square=(False,), complex_ok=True)
+    m, n = a.shape[-2:]
+    P, L, U = _lu.lu(a) if m == n else _lu_rectangular(a)
     return (P @ L, U) if permute_l else (P, L, U)
 
 
+def _eye(x, size):
+    return jnp.broadcast_to(jnp.eye(size, dtype=x.dtype), (*x.shape[:-2], size, size))
+
+
+def _zeros(x, rows, cols):
+    return jnp.zeros((*x.shape[:-2], rows, cols), x.dtype)
+
+
+def _lu_completed(P, L, U):
+    """The square completion of the factors of a tall or wide ``A = P L U``: a tall ``A`` (m > n)
+    is the first n columns of ``[A | P E]`` (``E`` the last m - n columns of the identity), with the
+    factors ``P``, ``[L | E]``, ``diag(U, I)``; a wide ``A`` (m < n) the first m rows of
+    ``[A; 0 I]``, with ``diag(P, I)``, ``diag(L, I)``, ``[U; 0 I]``.  With ``P`` fixed (piecewise
+    constant) these factorizations are unique, so the square rule along ``[dA | 0]`` (``[dA; 0]``)
+    restricted to ``L``'s and ``U``'s blocks is the derivative of ``A``'s factors."""
+    m, n = L.shape[-2], U.shape[-1]
+    if m > n:
+        L_ext = jnp.concatenate([L, jnp.concatenate([_zeros(L, n, m - n), _eye(L, m - n)], -2)], -1)
+        U_ext = jnp.concatenate([jnp.concatenate([U, _zeros(U, n, m - n)], -1),
+                                 jnp.concatenate([_zeros(U, m - n, n), _eye(U, m - n)], -1)], -2)
+        return P, L_ext, U_ext
+
+    def block_diagonal(X, Y):
+        return jnp.concatenate([jnp.concatenate([X, _zeros(X, X.shape[-2], Y.shape[-1])], -1),
+                                jnp.concatenate([_zeros(X, Y.shape[-2], X.shape[-1]), Y], -1)], -2)
+
+    U_ext = jnp.concatenate([U, jnp.concatenate([_zeros(U, n - m, m), _eye(U, n - m)], -1)], -2)
+    return block_diagonal(P, _eye(P, n - m)), block_diagonal(L, _eye(L, n - m)), U_ext
+
+
+@jax.custom_jvp
+def _lu_rectangular(a):
+    """``(P, L, U)`` of a tall or wide ``a``: JAX's forward; the derivative is the square rule of
+    ``derivations/lu.py`` on the completion :func:`_lu_completed`."""
+    with _rt.library_semantics():
+        return _rt.lu(a)
+
+
+@_lu_rectangular.defjvp
+def _lu_rectangular_jvp(primals, tangents):
+    a, = primals
+    da, = tangents
+    P, L, U = _lu_rectangular(a)
+    m, n = a.shape[-2:]
+    P_ext, L_ext, U_ext = _lu_completed(P, L, U)
+    da_ext = (jnp.concatenate([da, _zeros(da, m, m - n)], -1) if m > n
+              else jnp.concatenate([da, _zeros(da, n - m, n)], -2))
+    env = dict(A=a, P=P_ext, L=L_ext, U=U_ext, dA=da_ext)
+    dL, dU = _rt.jvp(_lu.RULES, env, ("gL", "gU"))
+    dL, dU = (dL[..., :, :n], dU[..., :n, :n]) if m > n else (dL[..., :m, :m], dU[..., :m, :])
+    return (P, L, U), (jnp.zeros_like(P), dL, dU)
+
+
+@_rt.library
 def slogdet(a, *, method=None):
     """``SlogdetResult(sign, logabsdet)``, as ``jax.numpy.linalg.slogdet`` (``method`` is accepted;
     the forward is one LU factorization; ``derivations/slogdet.py``)."""
@@ -302,6 +397,7 @@ def slogdet(a, *, method=None):
     return SlogdetResult(*_slogdet.slogdet(a))
 
 
+@_rt.library
 def pinv(a, rtol=None, hermitian=False, *, rcond=None, atol=None):
     """Pseudo-inverse, as ``jax.numpy.linalg.pinv(a, rtol, hermitian, rcond=)``: singular values at
     or below ``max(atol, rtol * s[0])`` count as zero (``derivations/pinv.py``)."""
@@ -310,3 +406,57 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, atol=None):
             raise ValueError("pinv: pass rtol or rcond, not both")
         rtol = rcond
     return _pinv.pinv(a, atol=atol, rtol=rtol, hermitian=hermitian)
+
+
+@_rt.library
+def det(a):
+    """The determinant, as ``jax.numpy.linalg.det`` (``derivations/det.py``: exact and finite at
+    singular ``a`` too)."""
+    return _det.det(as_inexact(a))
+
+
+@_rt.library
+def inv(a):
+    """``a^-1``, as ``jax.numpy.linalg.inv`` (``derivations/inv.py``)."""
+    return _inv.inv(as_inexact(a))
+
+
+def _lapack_normalized(V, reference, fixed_phase):
+    """The columns of ``V`` (unit norm) scaled by the phase that makes the largest-magnitude
+    component of each real, with the sign that component has in ``reference`` (LAPACK ``geev``'s
+    vectors): ``geev``'s normalization, written as a function of ``V``.
+
+    ``fixed_phase``: the phase is a function of ``V`` (differentiated by JAX), so the result does
+    not change when a column of ``V`` is multiplied by ``e^{iθ}``, and its derivative is the one
+    under ``geev``'s normalization (``jax.lax.linalg.eig(enable_eigvec_derivs=True)``: valid where
+    no two components tie for the largest magnitude).  Else the phase is held constant: the value
+    is the same, and the derivative keeps ``V``'s gauge (a loss must not depend on the phases)."""
+    k = jnp.argmax(jnp.abs(jax.lax.stop_gradient(V)), axis=-2)[..., None, :]
+    top = jnp.take_along_axis(V, k, axis=-2)
+    sign = jnp.sign(jnp.real(jnp.take_along_axis(jax.lax.stop_gradient(reference), k, axis=-2)))
+    phase = sign * jnp.conj(top) / jnp.abs(top)
+    return V * (phase if fixed_phase else jax.lax.stop_gradient(phase))
+
+
+@_rt.library
+def eig_lapack(a, *, left=True, right=True, fixed_phase=False):
+    """``[w, vl?, vr?]`` as ``jax.lax.linalg.eig``: the eigenvalues, the left eigenvectors
+    (``vl_j^H a = w_j vl_j^H``) and the right ones, each column of unit norm with its
+    largest-magnitude component real (LAPACK ``geev``'s normalization).
+
+    Everything is differentiated by derived rules: ``w`` and the right eigenvectors ``V`` by
+    ``derivations/eig.py``, the left ones as the normalized columns of ``V^-H`` (the rows of
+    ``V^-1`` are left eigenvectors) through ``derivations/inv.py``, and the normalization by JAX
+    (:func:`_lapack_normalized`; ``fixed_phase`` as ``enable_eigvec_derivs``)."""
+    w, V = eig(a)
+    out = [w]
+    if left:
+        a = as_inexact(a)
+        reference = jax.lax.linalg.eig(jax.lax.stop_gradient(a), compute_left_eigenvectors=True,
+                                       compute_right_eigenvectors=False)[1]
+        X = _H(inv(V))
+        X = X / jnp.linalg.norm(X, axis=-2, keepdims=True)
+        out.append(_lapack_normalized(X, reference, fixed_phase))
+    if right:
+        out.append(_lapack_normalized(V, V, fixed_phase))
+    return out
