@@ -156,3 +156,23 @@ def test_jax_gradients_of_every_shape_match_jnp(shape):
         ours = jax.jit(jax.grad(loss(lambda A: agj.svd(A, full_matrices=False))))(A)
         theirs = jax.grad(loss(lambda A: jnp.linalg.svd(A, full_matrices=False)))(A)
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-10, rtol=1e-10)
+
+
+def test_rules_fed_shapes_outside_their_derivation_raise():
+    """The rules of the tall QR fed a wide matrix's factors (Q square, R wide): every backend's
+    dispatch says so (the square variant once applied there, and its solve with the wide R failed
+    deep inside), torch and JAX alike; the public functions split a wide matrix first."""
+    from adjointgen.generated.torch import qr
+
+    env = {"A": _Shaped(3, 5), "Q": _Shaped(3, 3), "R": _Shaped(3, 5)}
+    with pytest.raises(ValueError, match=r"qr: the rules are derived for A \(m, n\), Q \(m, n\), R \(n, n\)"):
+        qr.RULES.for_shapes(env)
+    assert qr.RULES.for_shapes({"A": _Shaped(4, 4), "Q": _Shaped(4, 4), "R": _Shaped(4, 4)}).jvp.fn.__name__ \
+        == "qr_jvp_square_Q"
+    assert qr.RULES.for_shapes({"A": _Shaped(5, 3), "Q": _Shaped(5, 3), "R": _Shaped(3, 3)}).jvp.fn.__name__ == "qr_jvp"
+    jax = pytest.importorskip("jax")
+    from adjointgen.generated.jax import qr as jqr
+
+    A = jax.numpy.ones((3, 5)) + jax.numpy.eye(3, 5)
+    with pytest.raises(ValueError, match="qr: the rules are derived for"):
+        jax.jvp(jqr.qr, (A,), (A,))

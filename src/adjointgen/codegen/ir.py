@@ -322,6 +322,17 @@ class PublicIR:
     degeneracy_options: tuple[tuple[str, str], ...] = (("cluster_rtol", "None"), ("broadening", "None"))
 
     @property
+    def rule_shapes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The dimensions of the inputs and outputs as the rules read them (an output returned in
+        adjoint form, ``Vh``, is read as ``V``; a diagonal as the vector of its diagonal)."""
+        out = [(i.name, tuple(i.shape)) for i in self.inputs]
+        for o in self.outputs:
+            if o.form == "scalar":
+                continue
+            out.append((o.name, tuple(reversed(o.shape)) if o.form == "adjoint" else tuple(o.shape)))
+        return tuple(out)
+
+    @property
     def factor_names(self) -> tuple[str, ...]:
         return tuple(n for pair in self.saved_factors for n in pair)
 

@@ -98,13 +98,46 @@ class Rules:
     complex_only: bool = False
     #: rules specialised to square shapes of orthonormal outputs (:class:`Variant`)
     variants: tuple[Variant, ...] = ()
+    #: the derivation's dimensions of the arrays the rules read, by name (``("Q", ("m", "n"))``),
+    #: where variants are picked by shape: a variant applies where its outputs' dimensions are equal
+    shapes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def dims(self, env: dict) -> dict:
+        """The size of each declared dimension in the arrays of ``env`` (their last axes); a
+        ``ValueError`` where two arrays disagree (shapes the derivation does not cover, such as a
+        wide matrix given to the rules of a tall factorization)."""
+        found: dict = {}
+        for name, dims in self.shapes:
+            shape = getattr(env.get(name), "shape", None)
+            if shape is None or len(shape) < len(dims):
+                continue
+            for dim, size in zip(dims, shape[len(shape) - len(dims):]):
+                if found.setdefault(dim, size) != size:
+                    declared = ", ".join(f"{n} ({', '.join(d)})" for n, d in self.shapes)
+                    given = ", ".join(f"{n} {tuple(getattr(env.get(n), 'shape', ()))}" for n, _ in self.shapes
+                                      if env.get(n) is not None)
+                    raise ValueError(f"{self.op}: the rules are derived for {declared}, got {given} "
+                                     f"({dim} is {found[dim]} and {size})")
+        return found
 
     def for_shapes(self, env: dict) -> "Rules":
         """The rules for the arrays of ``env``: those of the variant with the most outputs that are
-        all square there (the shapes are static under tracing), else these."""
+        all square there (the shapes are static under tracing), else these.  With declared
+        :attr:`shapes`, "square" is the derivation's: both dimensions of the output equal (and the
+        arrays must fit the declared dimensions, see :meth:`dims`)."""
+        if self.shapes:
+            dims = self.dims(env)
+            declared = dict(self.shapes)
+
+            def square(name):
+                d = declared.get(name)
+                return d is not None and len(d) == 2 and d[0] in dims and dims.get(d[0]) == dims.get(d[1])
+        else:
+            def square(name):
+                return _square(env.get(name))
         best = None
         for v in self.variants:
-            if all(_square(env.get(name)) for name in v.square) and (best is None or len(v.square) > len(best.square)):
+            if all(square(name) for name in v.square) and (best is None or len(v.square) > len(best.square)):
                 best = v
         if best is None:
             return self
