@@ -27,6 +27,7 @@ from ..generated.jax import lstsq as _lstsq
 from ..generated.jax import lu as _lu
 from ..generated.jax import pinv as _pinv
 from ..generated.jax import qr as _qr
+from ..generated.jax import qr_complement as _qr_complement
 from ..generated.jax import slogdet as _slogdet
 from ..generated.jax import solve as _solve
 from ..generated.jax import solve_triangular as _solve_triangular
@@ -67,18 +68,24 @@ def _H(x):
 
 
 def as_inexact(x):
-    """``x`` as a JAX array of a floating or complex dtype: integer and boolean arrays become the
-    default floating dtype (float64 with x64, else float32), as JAX's linear algebra promotes them."""
+    """``x`` as a JAX array of a floating or complex dtype: integer and boolean arrays become
+    floating as JAX's linear algebra promotes them (``int64`` to ``float64`` where x64 is on, the
+    narrower ones to ``float32``)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
-        x = x.astype(jax.dtypes.canonicalize_dtype(jnp.float64))
+        try:  # JAX's own rule (int64 -> float64, narrower integers and bool -> float32)
+            from jax._src.dtypes import to_inexact_dtype
+            dtype = to_inexact_dtype(x.dtype)
+        except ImportError:  # pragma: no cover - a JAX without it
+            dtype = jnp.float64 if x.dtype.itemsize == 8 else jnp.float32
+        x = x.astype(jax.dtypes.canonicalize_dtype(dtype))
     return x
 
 
 def _hermitian_from(a, UPLO, symmetrize_input):
     """The Hermitian matrix the decomposition reads: ``(a + a^H)/2`` (the default, as JAX), or the
     triangle ``UPLO`` mirrored (``symmetrize_input=False``, as LAPACK)."""
-    a = jnp.asarray(a)
+    a = as_inexact(a)
     if symmetrize_input:
         return a  # the generated functions take the Hermitian part
     if UPLO not in (None, "L", "U"):
@@ -129,7 +136,7 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
 def eig(a, *, cluster_rtol=None, broadening=None):
     """Eigendecomposition of a general square ``a``, as ``jax.numpy.linalg.eig``:
     ``EigResult(eigenvalues, eigenvectors)``, complex (``derivations/eig.py``)."""
-    return EigResult(*_eig.eig(a, cluster_rtol=cluster_rtol, broadening=broadening))
+    return EigResult(*_eig.eig(as_inexact(a), cluster_rtol=cluster_rtol, broadening=broadening))
 
 
 @_rt.library
@@ -189,7 +196,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, cluster_rtol
     (``derivations/svd_complement.py``), one of the basis raises ``ComplementBasisError`` (NaN under
     ``jit``).  ``hermitian`` is accepted and ignored (the general SVD serves Hermitian input too)."""
     del hermitian
-    a = jnp.asarray(a)
+    a = as_inexact(a)
     U, S, Vh = _svd.svd(a, cluster_rtol=cluster_rtol, broadening=broadening)
     if not compute_uv:
         return S
@@ -213,18 +220,60 @@ def svdvals(x, /):
 # ---------------------------------------------------------------- factorizations and solves
 @_rt.library
 def qr(a, mode="reduced"):
-    """QR factorization, as ``jax.numpy.linalg.qr``: ``QRResult(Q, R)`` for ``mode="reduced"`` (and
-    ``"complete"`` where m <= n, the same factors), ``R`` alone for ``mode="r"``
-    (``derivations/qr.py``; a wide ``a = [X | Y]`` is ``X = Q R_X``, ``R = [R_X | Q^H Y]``, so its
-    derivative is the same rule's).  ``"complete"`` for a tall ``a`` needs a basis of the
-    complement, a gauge no loss can depend on, and ``"raw"`` LAPACK's Householder form: both raise."""
+    """QR factorization, as ``jax.numpy.linalg.qr``: ``QRResult(Q, R)`` for ``mode="reduced"`` and
+    ``"complete"``, ``R`` alone for ``mode="r"`` (``derivations/qr.py``; a wide ``a = [X | Y]`` is
+    ``X = Q R_X``, ``R = [R_X | Q^H Y]``, so its derivative is the same rule's).  ``"complete"`` for
+    a tall ``a`` appends LAPACK's basis ``Q2`` of the complement of span(Q) to ``Q`` (and zero rows
+    to ``R``), as JAX: defined only through its span, so a loss of the span (``Q2 Q2^H``) gets its
+    exact derivative (``derivations/qr_complement.py``) and a loss of the basis raises
+    ``ComplementBasisError`` (NaN under ``jit``), where JAX differentiates LAPACK's Householder
+    basis.  ``"raw"`` (LAPACK's Householder vectors) raises ``NotImplementedError``."""
     a = as_inexact(a)
     if mode not in ("reduced", "complete", "r", "raw"):
         raise ValueError(f"qr: unsupported mode {mode!r} (reduced, complete, r, raw)")
-    if mode == "raw" or (mode == "complete" and a.shape[-2] > a.shape[-1]):
-        raise NotImplementedError(f"qr: mode={mode!r} of a tall matrix is not differentiable here: use mode='reduced'")
+    if mode == "raw":
+        raise NotImplementedError("qr: mode='raw' (LAPACK's Householder form) is not differentiable here")
     Q, R = _qr_any(a)
+    m, n = a.shape[-2:]
+    if mode == "complete" and m > n:
+        Q2 = _qr_complement_of(a, Q, R)
+        Q = jnp.concatenate([Q, Q2], axis=-1)
+        R = jnp.concatenate([R, _zeros(R, m - n, n)], axis=-2)
     return R if mode == "r" else QRResult(Q, R)
+
+
+_QR_COMPLEMENT_ARGS = ("Q", "R", "Q2")
+_QR_COMPLEMENT_RULES = Rules(
+    op="qr",
+    outputs=("gA",),
+    vjp=Call(_qr_complement.qr_complement_vjp, (*_QR_COMPLEMENT_ARGS, "gQ2")),
+    jvp=Call(_qr_complement.qr_complement_jvp, (*_QR_COMPLEMENT_ARGS, "dA")),
+    data="A",
+    vjp_checked=Call(_qr_complement.qr_complement_vjp_checked, (*_QR_COMPLEMENT_ARGS, "gQ2")),
+    residuals=(Residual("residual_basis", ("gQ2",), what="basis"),),
+    vjp_complex=Call(_qr_complement.qr_complement_vjp_complex, (*_QR_COMPLEMENT_ARGS, "gQ2")),
+    jvp_complex=Call(_qr_complement.qr_complement_jvp_complex, (*_QR_COMPLEMENT_ARGS, "dA")),
+    vjp_complex_checked=Call(_qr_complement.qr_complement_vjp_complex_checked, (*_QR_COMPLEMENT_ARGS, "gQ2")),
+    residuals_complex=(Residual("residual_basis", ("gQ2",), what="basis"),),
+)
+
+
+@jax.custom_jvp
+def _qr_complement_of(A, Q, R):
+    """LAPACK's basis of the complement of span(Q) (the last m - n columns of ``A``'s complete Q)."""
+    n = A.shape[-1]
+    return jnp.linalg.qr(jax.lax.stop_gradient(A), mode="complete")[0][..., :, n:]
+
+
+@_qr_complement_of.defjvp
+def _qr_complement_of_jvp(primals, tangents):
+    """``dQ2`` from ``dA`` alone (``derivations/qr_complement.py``): the tangents of ``Q, R`` are
+    those of the same ``A``, already counted through it."""
+    A, Q, R = primals
+    dA = tangents[0]
+    Q2 = _qr_complement_of(A, Q, R)
+    dQ2, = _rt.jvp(_QR_COMPLEMENT_RULES, dict(A=A, Q=Q, R=R, Q2=Q2, dA=dA), ("gQ2",))
+    return Q2, dQ2
 
 
 def _qr_any(a):
@@ -243,7 +292,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     """Cholesky factor of a Hermitian positive definite ``a``, as ``jax.numpy.linalg.cholesky``:
     lower ``L`` with ``a = L L^H`` (``upper=True``: ``L^H``).  A matrix that is not positive definite
     raises outside ``jit`` (NaN under it, as JAX)."""
-    a, = _rt.inputs("cholesky", (("A", a),), square=(True,), complex_ok=True)
+    a, = _rt.inputs("cholesky", (("A", as_inexact(a)),), square=(True,), complex_ok=True)
     if symmetrize_input:
         a = 0.5 * (a + _H(a))
     else:
@@ -255,7 +304,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
 def _as_matrix_rhs(a, b):
     """``(b as (..., n, k), whether it was a vector)``: a 1-d ``b`` is one right-hand side, as
     ``jax.numpy.linalg.solve`` has it (NumPy 2 semantics)."""
-    b = jnp.asarray(b)
+    b = as_inexact(b)
     if b.ndim == 1:
         return jnp.broadcast_to(b[:, None], (*jnp.shape(a)[:-2], b.shape[0], 1)), True
     return b, False
@@ -265,7 +314,7 @@ def _as_matrix_rhs(a, b):
 def solve(a, b):
     """``x`` with ``a x = b``, as ``jax.numpy.linalg.solve``: ``b`` of shape ``(..., n, k)``, or
     ``(n,)`` for one right-hand side (batch dimensions broadcast; ``derivations/solve.py``)."""
-    a = jnp.asarray(a)
+    a = as_inexact(a)
     B, vector = _as_matrix_rhs(a, b)
     X = _solve.solve(a, B)
     return X[..., 0] if vector else X
@@ -279,7 +328,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     every case is the derived lower-triangular solve (``derivations/solve_triangular.py``) of the
     triangle ``a`` names, transposed or flipped (``J a J`` of an upper ``a`` is lower)."""
     del overwrite_b, debug, check_finite
-    a = jnp.asarray(a)
+    a = as_inexact(a)
     trans = {"N": 0, "T": 1, "C": 2}.get(trans, trans)
     if trans not in (0, 1, 2):
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
@@ -306,7 +355,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     (:func:`svdvals`), ``rank`` their count above ``rcond * s[0]`` (default ``eps * max(m, n)``),
     ``resid`` the squared residual norms (``numpy_resid=True``: NumPy's, empty unless ``a`` is
     tall and of full rank)."""
-    a = jnp.asarray(a)
+    a = as_inexact(a)
     B, vector = _as_matrix_rhs(a, b)
     m, n = a.shape[-2:]
     s = svdvals(a)
@@ -332,6 +381,7 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True):
     a, = _rt.inputs("lu", (("A", as_inexact(a)),), square=(False,), complex_ok=True)
     m, n = a.shape[-2:]
     P, L, U = _lu.lu(a) if m == n else _lu_rectangular(a)
+    P = jnp.real(P)  # real, as JAX's (its derivative is zero)
     return (P @ L, U) if permute_l else (P, L, U)
 
 
@@ -394,7 +444,7 @@ def slogdet(a, *, method=None):
     the forward is one LU factorization; ``derivations/slogdet.py``)."""
     if method not in (None, "lu", "qr"):
         raise ValueError(f"slogdet: unknown method {method!r}")
-    return SlogdetResult(*_slogdet.slogdet(a))
+    return SlogdetResult(*_slogdet.slogdet(as_inexact(a)))
 
 
 @_rt.library
@@ -405,7 +455,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, atol=None):
         if rtol is not None:
             raise ValueError("pinv: pass rtol or rcond, not both")
         rtol = rcond
-    return _pinv.pinv(a, atol=atol, rtol=rtol, hermitian=hermitian)
+    return _pinv.pinv(as_inexact(a), atol=atol, rtol=rtol, hermitian=hermitian)
 
 
 @_rt.library

@@ -295,10 +295,13 @@ def lstsq(A, B, rcond=None):
 
 def lu(A):
     """``(P, L, U)`` with ``A = P L U`` (partial pivoting; ``P`` in ``A``'s dtype), as
-    ``jax.scipy.linalg.lu``."""
+    ``jax.scipy.linalg.lu``, batched."""
     import jax.scipy.linalg
 
-    P, L, U = jax.scipy.linalg.lu(A)
+    factor = jax.scipy.linalg.lu
+    for _ in A.shape[:-2]:  # batched (jax.scipy.linalg.lu takes one matrix)
+        factor = jax.vmap(factor)
+    P, L, U = factor(A)
     return P.astype(A.dtype), L, U
 
 
@@ -815,8 +818,8 @@ def _raise(op, phase, cluster, basis=False):
     if bool(basis):
         raise gauge.ComplementBasisError(
             f"{op}: the loss depends on the basis chosen for the complement (the columns full_matrices=True "
-            "adds), which is defined only through its span: use a loss of its projector U2 U2^H, or "
-            "full_matrices=False. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+            "or mode='complete' adds), which is defined only through its span: use a loss of its projector "
+            "U2 U2^H, or the reduced factors. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
     if bool(cluster):
         raise gauge.DegenerateSubspaceError(
             f"{op}: the loss depends on the basis chosen inside a cluster of equal values, or on the individual "
