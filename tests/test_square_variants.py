@@ -176,3 +176,30 @@ def test_rules_fed_shapes_outside_their_derivation_raise():
     A = jax.numpy.ones((3, 5)) + jax.numpy.eye(3, 5)
     with pytest.raises(ValueError, match="qr: the rules are derived for"):
         jax.jvp(jqr.qr, (A,), (A,))
+
+
+@pytest.mark.parametrize("shape, suffix", [((6, 6), ""), ((300, 4), "_tall"), ((4, 300), "_wide")])
+def test_oriented_rules_form_no_product_of_the_larger_dimension_squared(shape, suffix):
+    """``Derivation.either_orientation`` (pinv, lstsq): the rules for a tall and for a wide input
+    are the derived sums of products, each ordered for that orientation and picked by shape; none
+    forms a ``max(m, n)^2`` array (the collected form of the derived rule does, for one orientation
+    or the other: a 2×400000 ``A`` needed 640 GB), and each gives the derived rule's values."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from adjointgen.generated.jax import pinv
+
+    m, n = shape
+    rng = np.random.default_rng(m + n)
+    A = jnp.asarray(rng.standard_normal(shape))
+    P = jnp.linalg.pinv(A)
+    dA, gP = jnp.asarray(rng.standard_normal(shape)), jnp.asarray(rng.standard_normal((n, m)))
+    rules = pinv.RULES.for_shapes({"A": A, "P": P})
+    assert rules.jvp.fn.__name__ == "pinv_jvp" + suffix and rules.vjp.fn.__name__ == "pinv_vjp" + suffix
+    for rule, args in ((rules.jvp.fn, (A, P, dA)), (rules.vjp.fn, (A, P, gP))):
+        jaxpr = jax.make_jaxpr(rule)(*args).jaxpr
+        largest = max(int(np.prod(v.aval.shape)) for e in jaxpr.eqns for v in e.outvars)
+        assert largest <= max(m * n, min(m, n) ** 2), (rule.__name__, largest)
+    general = (pinv.pinv_jvp(A, P, dA), pinv.pinv_vjp(A, P, gP))  # float32 unless x64 is on: rounding 1e-6
+    for ours, theirs in zip((rules.jvp.fn(A, P, dA), rules.vjp.fn(A, P, gP)), general):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * float(jnp.max(jnp.abs(theirs))))

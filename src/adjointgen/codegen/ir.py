@@ -403,16 +403,19 @@ class PublicIR:
 @dataclass(frozen=True)
 class VariantIR:
     """The rules specialised to shapes at which the outputs ``square`` (their names in code) are
-    square; the generated table dispatches to them (:class:`adjointgen.runtime.rules.Variant`)."""
+    square, or ordered for a wide input (``shorter``); the generated table dispatches to them
+    (:class:`adjointgen.runtime.rules.Variant`)."""
 
     name: str
     square: tuple[str, ...]
-    jvp: RuleIR
-    vjp: RuleIR
+    jvp: RuleIR | None
+    vjp: RuleIR | None
     vjp_checked: RuleIR | None = None
     jvp_complex: RuleIR | None = None
     vjp_complex: RuleIR | None = None
     vjp_complex_checked: RuleIR | None = None
+    #: ``(m, n)``: the same rules with their products ordered for ``m < n`` (picked where it holds)
+    shorter: tuple[str, ...] = ()
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:

@@ -54,16 +54,20 @@ class Residual:
 @dataclass(frozen=True)
 class Variant:
     """The rules specialised to the shapes at which the outputs named in ``square`` are square
-    (``U U^H = I``: the complement terms dropped; ``Derivation.square_variants``).  Each call
-    replaces the one of the same name of :class:`Rules` where it applies."""
+    (``U U^H = I``: the complement terms dropped; ``Derivation.square_variants``), or ordered for
+    the shapes where ``shorter = (m, n)`` has ``m < n``.  Each call replaces the one of the same
+    name of :class:`Rules` where it applies."""
 
     square: tuple[str, ...]
-    jvp: Call
-    vjp: Call
+    jvp: Call | None = None
+    vjp: Call | None = None
     vjp_checked: Call | None = None
     jvp_complex: Call | None = None
     vjp_complex: Call | None = None
     vjp_complex_checked: Call | None = None
+    #: ``(m, n)``: the same rules with their products ordered for ``m < n``, where it holds
+    #: (``Derivation.either_orientation``)
+    shorter: tuple[str, ...] = ()
 
 
 _VARIANT_CALLS = ("jvp", "vjp", "vjp_checked", "jvp_complex", "vjp_complex", "vjp_complex_checked")
@@ -125,8 +129,8 @@ class Rules:
         all square there (the shapes are static under tracing), else these.  With declared
         :attr:`shapes`, "square" is the derivation's: both dimensions of the output equal (and the
         arrays must fit the declared dimensions, see :meth:`dims`)."""
+        dims = self.dims(env) if self.shapes else {}
         if self.shapes:
-            dims = self.dims(env)
             declared = dict(self.shapes)
 
             def square(name):
@@ -135,9 +139,16 @@ class Rules:
         else:
             def square(name):
                 return _square(env.get(name))
+
+        def applies(v):
+            if v.shorter and not (v.shorter[0] in dims and v.shorter[1] in dims
+                                  and dims[v.shorter[0]] < dims[v.shorter[1]]):
+                return False
+            return all(square(name) for name in v.square)
+
         best = None
         for v in self.variants:
-            if all(square(name) for name in v.square) and (best is None or len(v.square) > len(best.square)):
+            if applies(v) and (best is None or len(v.square) + bool(v.shorter) > len(best.square) + bool(best.shorter)):
                 best = v
         if best is None:
             return self
