@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from ..generated.jax import matrix_exp as _matrix_exp
+from ..generated.jax import sqrtm_general as _sqrtm_general
 from . import jax_dropins as _d
 from . import jax_lax as _lax
 
@@ -53,10 +55,10 @@ def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite
 
 
 def expm(A, *, upper_triangular=False, max_squarings=16):
-    """``exp(A)``, as ``jax.scipy.linalg.expm`` (``derivations/matrix_exp.py``)."""
-    from .. import jax as agj
-
-    return agj.expm(A, upper_triangular=upper_triangular, max_squarings=max_squarings)
+    """``exp(A)``, as ``jax.scipy.linalg.expm`` (its keywords accepted; the forward is JAX's):
+    ``derivations/matrix_exp.py``'s Fréchet derivative (exact at repeated eigenvalues too)."""
+    del upper_triangular, max_squarings
+    return _matrix_exp.matrix_exp(_d.as_inexact(A))
 
 
 def inv(a, overwrite_a=False, check_finite=True):
@@ -101,9 +103,8 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
 
 def sqrtm(A, blocksize=1):
     """The principal square root, as ``jax.scipy.linalg.sqrtm`` (``derivations/sqrtm_general.py``)."""
-    from .. import jax as agj
-
-    return agj.sqrtm(A, blocksize=blocksize)
+    del blocksize
+    return _sqrtm_general.sqrtm_general(_d.as_inexact(A))
 
 
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):
