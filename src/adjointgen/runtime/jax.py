@@ -42,7 +42,7 @@ from jax import lax
 
 from . import gauge
 from .rules import Rules
-from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, negligible, quotient, reciprocal
+from .xp import assemble, cluster_mask, masked_quotient, matrix_part, negligible, quotient, reciprocal
 from .xp import rounding_rtol, shifted_solve, zero_where_negligible
 
 __all__ = [
@@ -116,6 +116,46 @@ def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
     M = jnp.broadcast_to(M, batch + M.shape[-2:])
     B = jnp.broadcast_to(B, batch + B.shape[-2:])
     return jax.scipy.linalg.solve_triangular(M, B, lower=lower, unit_diagonal=unit)
+
+
+def lu_solve(xp, A, LU, pivots, B, adjoint: bool = False, left: bool = True):
+    """``op(A)^-1 B`` or ``B op(A)^-1`` (``op(A) = A^H`` with ``adjoint``), batched and broadcasting,
+    from an LU factorization of ``A`` itself (``lax.linalg.lu`` of the held ``A``) for every
+    ``op`` and side: under ``jit`` XLA merges it with the forward's factorization of the same ``A``
+    (``jnp.linalg.solve``'s), so a derivative costs triangular solves, not a second LU (the JAX
+    rules receive no factorization: ``LU = None``).  A ``lax.custom_linear_solve`` of
+    ``x -> op(A) x``, so its own derivatives (in ``A`` too) are exact."""
+    del LU, pivots
+    batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    dtype = jnp.result_type(A, B)
+    A = jnp.broadcast_to(A, batch + A.shape[-2:]).astype(dtype)
+    B = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(dtype)
+    if not left:  # X op(A) = B  <=>  op(A)^T X^T = B^T, op(A)^T = conj(op'(A)) with op' the other one
+        Bt = jnp.swapaxes(B, -1, -2)
+        if adjoint:  # conj(A) X^T = B^T  <=>  A conj(X^T) = conj(B^T)
+            return jnp.conj(jnp.swapaxes(lu_solve(xp, A, None, None, jnp.conj(Bt)), -1, -2))
+        return jnp.swapaxes(_lu_linear_solve(A, Bt, 1), -1, -2)
+    return _lu_linear_solve(A, B, 2 if adjoint else 0)
+
+
+def _lu_linear_solve(A, B, trans):
+    """``op(A) X = B`` (``trans`` 0, 1, 2: ``A``, ``A^T``, ``A^H``) from the LU of the held ``A``."""
+    lu, pivots, _ = lax.linalg.lu(lax.stop_gradient(A))
+    flip = {0: 1, 1: 0, 2: None}[trans]  # op(A)^T: A^T, A, conj(A)
+
+    def op(M, X, t):
+        M = jnp.swapaxes(M, -1, -2) if t else M
+        return (jnp.conj(M) if t == 2 else M) @ X
+
+    def solve(_, R):
+        return jax.scipy.linalg.lu_solve((lu, pivots), R, trans=trans)
+
+    def transpose_solve(_, R):
+        if flip is not None:
+            return jax.scipy.linalg.lu_solve((lu, pivots), R, trans=flip)
+        return jnp.conj(jax.scipy.linalg.lu_solve((lu, pivots), jnp.conj(R), trans=0))
+
+    return lax.custom_linear_solve(lambda X: op(A, X, trans), B, solve=solve, transpose_solve=transpose_solve)
 
 
 def solve_triangular_right(xp, M, B, lower: bool, unit: bool = False):
@@ -306,20 +346,43 @@ def lu(A):
 
 
 def adjugate(xp, A):
-    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, from the SVD
-    ``A = U S V^H``: ``det(U) det(V^H) V diag(prod_{j != i} s_j) U^H`` (no branch on values, so it
-    traces; exact and differentiable at rank ``n - 1``)."""
+    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, finite and exact at singular ``A``:
+    ``det(A) A^-1`` from one LU factorization where its pivots are within ``sqrt(eps)`` of the
+    largest (a cheap test of the conditioning: what the SVD costs is several LU factorizations),
+    else from the SVD ``A = U S V^H``: ``det(U) det(V^H) V diag(prod_{j != i} s_j) U^H`` (exact and
+    differentiable at rank ``n - 1``).  Traced, ``lax.cond`` takes the SVD for the whole batch where
+    one matrix needs it."""
     n = A.shape[-1]
     if n <= 1:
         return xp.ones_like(A) if n == 1 else A
-    U, S, Vh = xp.linalg.svd(A)
-    ones = xp.ones_like(S[..., :1])
-    before = xp.cumprod(xp.concatenate([ones, S[..., :-1]], -1), -1)
-    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(S, -1)[..., :-1]], -1), -1), -1)
-    phase = xp.linalg.det(U) * xp.linalg.det(Vh)
-    V = xp.conj(xp.swapaxes(Vh, -1, -2))
-    return phase[..., None, None] * xp.matmul(V * (before * after).astype(A.dtype)[..., None, :],
-                                              xp.conj(xp.swapaxes(U, -1, -2)))
+    lu, pivots, _ = lax.linalg.lu(A)
+    u = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    eps = float(jnp.finfo(A.dtype).eps)
+    well = jnp.all(jnp.min(jnp.abs(u), axis=-1) > math.sqrt(eps) * jnp.max(jnp.abs(u), axis=-1))
+    if is_concrete(well):
+        return _adjugate_lu((A, lu, pivots, u)) if bool(well) else _adjugate_svd((A, lu, pivots, u))
+    return lax.cond(well, _adjugate_lu, _adjugate_svd, (A, lu, pivots, u))
+
+
+def _adjugate_lu(args):
+    A, lu, pivots, u = args
+    n = A.shape[-1]
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    det = jnp.where(swaps % 2 == 1, -1, 1).astype(A.dtype) * jnp.prod(u, axis=-1)
+    inverse = jax.scipy.linalg.lu_solve((lu, pivots), jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape))
+    return det[..., None, None] * inverse
+
+
+def _adjugate_svd(args):
+    A = args[0]
+    U, S, Vh = jnp.linalg.svd(A)
+    ones = jnp.ones_like(S[..., :1])
+    before = jnp.cumprod(jnp.concatenate([ones, S[..., :-1]], -1), -1)
+    after = jnp.flip(jnp.cumprod(jnp.concatenate([ones, jnp.flip(S, -1)[..., :-1]], -1), -1), -1)
+    phase = jnp.linalg.det(U) * jnp.linalg.det(Vh)
+    V = jnp.conj(jnp.swapaxes(Vh, -1, -2))
+    return phase[..., None, None] * jnp.matmul(V * (before * after).astype(A.dtype)[..., None, :],
+                                               jnp.conj(jnp.swapaxes(U, -1, -2)))
 
 
 def eig(A):
