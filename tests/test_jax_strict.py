@@ -280,3 +280,32 @@ def test_complete_qr_of_a_tall_matrix_span_exact_basis_raises(dtype):
     close(jax.jvp(span(agj.qr), (a,), (da,)), jax.jvp(span(jnp.linalg.qr), (a,), (da,)), 1e-10)
     with pytest.raises(ComplementBasisError, match="mode='complete'"):
         jax.grad(lambda a: jnp.sum(jnp.abs(agj.qr(a, mode="complete")[0][:, 4]) ** 3))(a)
+
+
+@pytest.mark.parametrize("symmetrize_input, lower", [pytest.param(True, True, marks=pytest.mark.slow), (False, False)])
+def test_generalized_eigh_with_jaxs_conventions(symmetrize_input, lower):
+    """``agj.eigh(a, b)`` / ``agj.scipy.eigh(a, b)``, which JAX does not have: with
+    ``symmetrize_input=False`` both matrices are read from the triangle ``lower`` names (SciPy's
+    ``eigh(a, b, lower=)`` reads them so, an independent reference), with ``True`` from their
+    Hermitian parts; the gradient in ``b`` too."""
+    import scipy.linalg
+
+    a = arr(4, 4, dtype="complex128")
+    b = spd(4, 4, dtype="complex128") + 0.1 * jnp.triu(arr(4, 4, dtype="complex128"), 1)  # not Hermitian
+    w, v = agj.scipy.eigh(a, b, lower=lower, symmetrize_input=symmetrize_input)
+    if symmetrize_input:
+        h = lambda x: (x + jnp.conj(x.T)) / 2  # noqa: E731
+        want = scipy.linalg.eigh(np.asarray(h(a)), np.asarray(h(b)), eigvals_only=True)
+    else:
+        want = scipy.linalg.eigh(np.asarray(a), np.asarray(b), lower=lower, eigvals_only=True)
+    np.testing.assert_allclose(w, want, rtol=1e-10, atol=1e-10)
+    close(agj.eigh(a, b, UPLO="L" if lower else "U", symmetrize_input=symmetrize_input).eigenvalues, w, 1e-12)
+    g = jax.grad(lambda b: jnp.sum(agj.scipy.eigh(a, b, lower=lower, symmetrize_input=symmetrize_input,
+                                                  eigvals_only=True) ** 2))
+    fd = lambda e: (jnp.sum(agj.scipy.eigh(a, b + 1e-6 * e, lower=lower, symmetrize_input=symmetrize_input,  # noqa: E731
+                                           eigvals_only=True) ** 2)
+                    - jnp.sum(agj.scipy.eigh(a, b - 1e-6 * e, lower=lower, symmetrize_input=symmetrize_input,
+                                             eigvals_only=True) ** 2)) / 2e-6
+    e = arr(4, 4, dtype="complex128")
+    # JAX's gradient of a real function of complex b is conj(df/db): the derivative along e is Re(sum(g e))
+    np.testing.assert_allclose(float(jnp.real(jnp.sum(g(b) * e))), float(fd(e)), rtol=1e-6, atol=1e-8)

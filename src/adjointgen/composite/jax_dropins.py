@@ -4,10 +4,14 @@ rules and checks they keep: what a user swaps in for ``jnp.linalg.svd`` takes th
 and returns the same named tuple.
 
 What the generated operations take in one form only, the wrappers map onto it: the triangle of
-``eigh``/``cholesky`` (``UPLO``, ``symmetrize_input``), the thin SVD (``full_matrices=True`` adds
-the complement, whose basis is a gauge: derived in ``derivations/svd_complement.py``), the modes of
-``qr``, a right-hand side given as a vector, ``solve_triangular``'s ``lower``/``trans``/
-``unit_diagonal`` (the generated solve is lower triangular), ``lstsq``'s four results.
+``eigh``/``cholesky`` (``UPLO``, ``symmetrize_input``), the thin SVD and QR (``full_matrices=True``
+and ``mode="complete"`` add the complement, whose basis is a gauge: derived in
+``derivations/svd_complement.py`` and ``derivations/qr_complement.py``), a wide ``qr`` (split), a
+tall or wide ``lu`` (the square rule on a completion of the factors), a right-hand side given as a
+vector, ``solve_triangular``'s ``lower``/``trans``/``unit_diagonal`` (the generated solve is lower
+triangular), ``lstsq``'s four results, ``lax.linalg.eig``'s left eigenvectors and ``geev``'s
+normalization (:func:`eig_lapack`), integer input (promoted as JAX promotes it).  The public
+functions run under :func:`adjointgen.runtime.jax.library_semantics`.
 """
 from __future__ import annotations
 

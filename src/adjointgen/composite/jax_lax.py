@@ -8,7 +8,6 @@ Keywords that choose an algorithm or a device implementation (``implementation``
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -110,5 +109,3 @@ def triangular_solve(a, b, *, left_side=False, lower=False, transpose_a=False, c
         x = x[..., :, 0] if left_side else x[..., 0, :]
     return x
 
-
-del jax

@@ -11,8 +11,6 @@ JAX does.
 """
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 from ..generated.jax import matrix_exp as _matrix_exp
 from ..generated.jax import sqrtm_general as _sqrtm_general
 from . import jax_dropins as _d
@@ -113,5 +111,3 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
     out = _d.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
     return tuple(out) if compute_uv else out
 
-
-del jnp
