@@ -336,7 +336,9 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     trans = {"N": 0, "T": 1, "C": 2}.get(trans, trans)
     if trans not in (0, 1, 2):
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
-    T = jnp.tril(a) if lower else jnp.triu(a)
+    # the generated solve reads the lower triangle of what it is given (of J a J for an upper a):
+    # the triangle is cut here only where a transposition moves it
+    T = a if not trans else (jnp.tril(a) if lower else jnp.triu(a))
     if unit_diagonal:
         n = a.shape[-1]
         T = T - _diag(jnp.diagonal(T, axis1=-2, axis2=-1)) + jnp.eye(n, dtype=a.dtype)
