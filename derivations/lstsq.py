@@ -45,6 +45,7 @@ def sample(rng, m, n, p, r=None, field="real"):
 d = Derivation("lstsq", __file__, title="least squares X = A⁺ B (minimum norm, constant rank; real or complex)",
                references=("Golub & Pereyra, SIAM J. Numer. Anal. 10 (1973)",), field="complex")
 m, n, p = d.dim("m"), d.dim("n"), d.dim("p")
+d.either_orientation(m, n)  # A tall or wide: products ordered for both, picked by shape
 A = d.input("A", m, n)
 B = d.input("B", m, p)
 X = d.output("X", n, p)

@@ -42,6 +42,7 @@ RANKS = {(5, 4): 2}
 d = Derivation("pinv", __file__, title="Moore–Penrose pseudo-inverse X = A⁺ (constant rank; real or complex)",
                references=("Golub & Pereyra, SIAM J. Numer. Anal. 10 (1973)",), field="complex")
 m, n = d.dim("m"), d.dim("n")
+d.either_orientation(m, n)  # A tall or wide: products ordered for both, picked by shape
 A = d.input("A", m, n)
 X = d.output("X", n, m, api="P")
 dA, dX = d.tangent(A), d.tangent(X)

@@ -14,6 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import adjointgen.jax as agj  # noqa: E402
+from adjointgen.generated.jax.cholesky import cholesky as generated_cholesky  # noqa: E402
 from adjointgen.runtime.gauge import DegenerateSubspaceError, PhaseDependentLossError  # noqa: E402
 
 RNG = np.random.default_rng(20261202)
@@ -122,6 +123,56 @@ def test_check_grads_at_an_exact_cluster_for_an_invariant_loss():
     B = _clustered([1.0, 1.5, 2.0, 3.0, 4.0])  # apart: the Hessian is exact
     f = lambda A: jnp.sum(agj.eigh(A)[0] ** 2)  # noqa: E731
     np.testing.assert_allclose(jax.hessian(f)(B), jax.hessian(lambda A: jnp.sum(((A + A.T) / 2) ** 2))(B), atol=1e-10)
+
+
+def test_reverse_over_reverse_at_a_cluster_cannot_be_determined_in_jax():
+    """Why JAX's reverse over reverse raises at an exact cluster, where torch's double backward is
+    exact: JAX's reverse mode of ``grad f`` is the transpose of its linearization, so every rule
+    (eigh's, the loss's) sees, for each direction ``dA``, only what forward over reverse sees.  Two
+    smooth invariant losses, ``trace(G (A - λ)^2)`` and ``trace(G' (A - λ)^2)`` (``G' = G - V_c O V_c^T``,
+    ``O`` off-diagonal), written through ``(w, V)``, hand every rule the same numbers along a
+    direction inside the cluster, for any tangent a rule could choose there; their Hessians along
+    it differ.  So ``jacrev(jacrev(f))`` and ``hessian`` raise for both (NaN under ``jit``), never a
+    finite value that is wrong for one of them.  (torch's double backward is exact because it reads
+    the loss's curvature from the loss's own graph, which no JAX rule, ``custom_jvp``, ``custom_vjp``
+    or primitive, is handed; a ``custom_vjp`` would also lose forward mode.)"""
+    lam, n = 2.0, 5
+    rng = np.random.default_rng(11)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    A = jnp.asarray(Q @ np.diag([lam, lam, lam, 3.0, 5.0]) @ Q.T)
+    w, V = jnp.asarray([lam, lam, lam, 3.0, 5.0]), jnp.asarray(Q)
+    Vc = V[:, :3]
+    G = jnp.asarray(rng.standard_normal((n, n)))
+    G = G + G.T
+    O = jnp.asarray(rng.standard_normal((3, 3)))
+    O = O + O.T - 2 * jnp.diag(jnp.diag(O))
+    G2 = G - Vc @ O @ Vc.T
+
+    def through(Gm):
+        return lambda w, V: jnp.sum((w - lam) ** 2 * jnp.einsum("ij,ik,kj->j", V, Gm, V))
+
+    Bc = jnp.asarray(rng.standard_normal((3, 3)))
+    dA = Vc @ (Bc + Bc.T) @ Vc.T  # splits the cluster
+    for _ in range(3):  # any tangent of (w, V) inside the cluster
+        dw = jnp.zeros(n).at[:3].set(jnp.asarray(rng.standard_normal(3)))
+        K = jnp.asarray(rng.standard_normal((3, 3)))
+        dV = jnp.zeros((n, n)).at[:, :3].set(Vc @ (K - K.T))
+        (g1, t1), (g2, t2) = (jax.jvp(jax.grad(through(Gm), argnums=(0, 1)), (w, V), (dw, dV)) for Gm in (G, G2))
+        for a, b in zip((*g1, *t1), (*g2, *t2)):
+            assert float(jnp.max(jnp.abs(a - b))) < 1e-12
+    I = jnp.eye(n)
+    true = [jax.jvp(jax.grad(lambda X, Gm=Gm: jnp.trace(Gm @ (X - lam * I) @ (X - lam * I))), (A,), (dA,))[1]
+            for Gm in (G, G2)]
+    assert float(jnp.max(jnp.abs(Vc.T @ (true[0] - true[1]) @ Vc))) > 0.1  # O Bc + Bc O: they differ
+
+    for Gm in (G, G2):
+        def loss(X, Gm=Gm):
+            w, V = agj.eigh(X)
+            return through(Gm)(w, V)
+        for second in (jax.hessian, lambda f: jax.jacrev(jax.jacrev(f))):
+            with pytest.raises(DegenerateSubspaceError):
+                second(loss)(A)
+        assert bool(jnp.isnan(jax.jit(jax.jacrev(jax.jacrev(loss)))(A)).any())
 
 
 # ------------------------------------------------------------------ values
@@ -305,8 +356,8 @@ def test_solve_broadcasts_batch_dimensions_like_jax_numpy():
 
 
 def test_clear_errors_for_bad_input():
-    with pytest.raises(TypeError, match="floating"):
-        agj.eigh(jnp.ones((3, 3), jnp.int32))
+    # integers are promoted as JAX promotes them (to float32 for int32), not an error
+    assert agj.eigh(jnp.eye(3, dtype=jnp.int32)).eigenvalues.dtype == jnp.linalg.eigh(jnp.eye(3, dtype=jnp.int32))[0].dtype
     with pytest.raises(ValueError, match="matrix"):
         agj.eigh(jnp.ones(3))
     with pytest.raises(ValueError, match="square"):
@@ -318,7 +369,7 @@ def test_clear_errors_for_bad_input():
     with pytest.raises(TypeError, match="one dtype"):
         agj.solve(jnp.eye(2), jnp.ones((2, 1), jnp.float32))
     with pytest.raises(TypeError, match="floating"):
-        agj.cholesky(jnp.eye(2, dtype=jnp.int8))
+        generated_cholesky(jnp.eye(2, dtype=jnp.int8))  # the generated function itself
     assert bool(jnp.isnan(jax.jit(agj.cholesky)(-jnp.eye(2))).any())  # under jit: NaN, as jax.numpy
 
 

@@ -156,3 +156,50 @@ def test_jax_gradients_of_every_shape_match_jnp(shape):
         ours = jax.jit(jax.grad(loss(lambda A: agj.svd(A, full_matrices=False))))(A)
         theirs = jax.grad(loss(lambda A: jnp.linalg.svd(A, full_matrices=False)))(A)
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-10, rtol=1e-10)
+
+
+def test_rules_fed_shapes_outside_their_derivation_raise():
+    """The rules of the tall QR fed a wide matrix's factors (Q square, R wide): every backend's
+    dispatch says so (the square variant once applied there, and its solve with the wide R failed
+    deep inside), torch and JAX alike; the public functions split a wide matrix first."""
+    from adjointgen.generated.torch import qr
+
+    env = {"A": _Shaped(3, 5), "Q": _Shaped(3, 3), "R": _Shaped(3, 5)}
+    with pytest.raises(ValueError, match=r"qr: the rules are derived for A \(m, n\), Q \(m, n\), R \(n, n\)"):
+        qr.RULES.for_shapes(env)
+    assert qr.RULES.for_shapes({"A": _Shaped(4, 4), "Q": _Shaped(4, 4), "R": _Shaped(4, 4)}).jvp.fn.__name__ \
+        == "qr_jvp_square_Q"
+    assert qr.RULES.for_shapes({"A": _Shaped(5, 3), "Q": _Shaped(5, 3), "R": _Shaped(3, 3)}).jvp.fn.__name__ == "qr_jvp"
+    jax = pytest.importorskip("jax")
+    from adjointgen.generated.jax import qr as jqr
+
+    A = jax.numpy.ones((3, 5)) + jax.numpy.eye(3, 5)
+    with pytest.raises(ValueError, match="qr: the rules are derived for"):
+        jax.jvp(jqr.qr, (A,), (A,))
+
+
+@pytest.mark.parametrize("shape, suffix", [((6, 6), ""), ((300, 4), "_tall"), ((4, 300), "_wide")])
+def test_oriented_rules_form_no_product_of_the_larger_dimension_squared(shape, suffix):
+    """``Derivation.either_orientation`` (pinv, lstsq): the rules for a tall and for a wide input
+    are the derived sums of products, each ordered for that orientation and picked by shape; none
+    forms a ``max(m, n)^2`` array (the collected form of the derived rule does, for one orientation
+    or the other: a 2×400000 ``A`` needed 640 GB), and each gives the derived rule's values."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from adjointgen.generated.jax import pinv
+
+    m, n = shape
+    rng = np.random.default_rng(m + n)
+    A = jnp.asarray(rng.standard_normal(shape))
+    P = jnp.linalg.pinv(A)
+    dA, gP = jnp.asarray(rng.standard_normal(shape)), jnp.asarray(rng.standard_normal((n, m)))
+    rules = pinv.RULES.for_shapes({"A": A, "P": P})
+    assert rules.jvp.fn.__name__ == "pinv_jvp" + suffix and rules.vjp.fn.__name__ == "pinv_vjp" + suffix
+    for rule, args in ((rules.jvp.fn, (A, P, dA)), (rules.vjp.fn, (A, P, gP))):
+        jaxpr = jax.make_jaxpr(rule)(*args).jaxpr
+        largest = max(int(np.prod(v.aval.shape)) for e in jaxpr.eqns for v in e.outvars)
+        assert largest <= max(m * n, min(m, n) ** 2), (rule.__name__, largest)
+    general = (pinv.pinv_jvp(A, P, dA), pinv.pinv_vjp(A, P, gP))  # float32 unless x64 is on: rounding 1e-6
+    for ours, theirs in zip((rules.jvp.fn(A, P, dA), rules.vjp.fn(A, P, gP)), general):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5 * float(jnp.max(jnp.abs(theirs))))

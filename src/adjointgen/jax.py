@@ -1,19 +1,23 @@
 """adjointgen's operations for JAX: ``import adjointgen.jax as agj``.
 
-The functions of ``jax.numpy.linalg`` / ``jax.scipy.linalg`` with their signatures and results
-(:mod:`adjointgen.composite.jax_dropins`): ``agj.eigh(a, b=None, UPLO=None, symmetrize_input=True)``
-(``b``: the generalized problem, which JAX lacks), ``agj.eigvalsh``, ``agj.eig``, ``agj.eigvals``,
-``agj.svd(a, full_matrices=True, compute_uv=True)``, ``agj.svdvals``, ``agj.qr(a, mode)``,
-``agj.cholesky(a, upper=False)``, ``agj.solve(a, b)``, ``agj.solve_triangular(a, b, trans, lower,
-unit_diagonal)``, ``agj.lstsq(a, b, rcond)`` (``(x, resid, rank, s)``), ``agj.lu(a, permute_l)``
-(square), ``agj.slogdet``, ``agj.det``, ``agj.inv``, ``agj.pinv(a, rtol, hermitian)``, ``agj.expm``,
-``agj.sqrtm``; and ``agj.logm``, ``agj.powm(A, p)``, ``agj.eigsh(A, k)``, ``agj.svds(A, k)``,
-``agj.eigh_generalized(A, B)``, ``agj.matrix_exp``, ``agj.funm(A, f)`` (Hermitian ``A``, any real
-scalar ``f`` as a SymPy expression).  Each differentiates through
-``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode is JAX's
-transposition of it), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``,
-``grad``, ``jvp``, ``jacfwd``, ``jacrev``, ``hessian`` and ``linearize`` all work.  The rule
-functions (``agj.eigh_jvp``, ``agj.eigh_vjp``, ...) are here too, on ``jax.numpy`` arrays.
+Drop-ins with JAX's signatures, results and output dtypes (:mod:`adjointgen.composite.jax_dropins`):
+``agj`` has those of ``jax.numpy.linalg`` -- ``eigh(a, UPLO=None, symmetrize_input=True)`` (and
+``eigh(a, b)``, the generalized problem, which JAX lacks), ``eigvalsh``, ``eig``, ``eigvals``,
+``svd(a, full_matrices=True, compute_uv=True)``, ``svdvals``, ``qr(a, mode)`` (any shape),
+``cholesky(a, upper=False)``, ``solve``, ``lstsq`` (``(x, resid, rank, s)``), ``slogdet``,
+``det``, ``inv``, ``pinv(a, rtol, hermitian)`` -- plus ``lu``, ``solve_triangular``, ``expm``,
+``sqrtm``; ``agj.scipy`` those of ``jax.scipy.linalg`` with SciPy's defaults
+(:mod:`adjointgen.composite.jax_scipy`); ``agj.lax`` those of ``jax.lax.linalg``
+(:mod:`adjointgen.composite.jax_lax`: ``eig`` with left eigenvectors and
+``enable_eigvec_derivs``, ``eigh`` returning ``(v, w)``, the packed ``lu``, ``triangular_solve``
+with every flag).  Beyond JAX: ``agj.logm``, ``agj.powm(A, p)``, ``agj.eigsh(A, k)``,
+``agj.svds(A, k)``, ``agj.eigh_generalized(A, B)``, ``agj.matrix_exp``, ``agj.funm(A, f)``
+(Hermitian ``A``, any real scalar ``f`` as a SymPy expression).  Each differentiates through
+``jax.custom_jvp`` with the JVP derived in ``derivations/<op>.py`` (reverse mode runs the derived
+VJP), generated into ``adjointgen.generated.jax.<op>``, so ``jit``, ``vmap``, ``grad``, ``jvp``,
+``jacfwd``, ``jacrev``, ``hessian`` and ``linearize`` all work, under any of JAX's promotion and
+precision settings (:func:`adjointgen.runtime.jax.library_semantics`).  The rule functions
+(``agj.eigh_jvp``, ``agj.eigh_vjp``, ...) are here too, on ``jax.numpy`` arrays.
 
 Gauges: where a loss depends on the basis inside a cluster of equal values (or on a complex phase),
 its gradient does not exist: outside ``jit`` reverse mode raises ``DegenerateSubspaceError`` (or
@@ -116,11 +120,13 @@ def funm(A, f, *, domain=None):
     return _jax_funm.funm(A, program, condition)
 # the signatures and results of jax.numpy.linalg / jax.scipy.linalg over the generated operations
 from .composite.jax_dropins import (  # noqa: E402,F811
-    EighResult, EigResult, QRResult, SlogdetResult, SVDResult, cholesky, eig, eigh, eigvals, eigvalsh, lstsq, lu,
-    pinv, qr, slogdet, solve, solve_triangular, svd, svdvals)
+    EighResult, EigResult, QRResult, SlogdetResult, SVDResult, cholesky, det, eig, eigh, eigvals, eigvalsh, inv, lstsq,
+    lu, pinv, qr, slogdet, solve, solve_triangular, svd, svdvals)
+from .composite import jax_lax as lax  # noqa: E402  (jax.lax.linalg's signatures)
+from .composite import jax_scipy as scipy  # noqa: E402  (jax.scipy.linalg's signatures)
 
 _DROPINS = ["eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "cholesky", "solve", "solve_triangular",
-            "lstsq", "lu", "slogdet", "pinv", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
+            "lstsq", "lu", "slogdet", "pinv", "det", "inv", "lax", "scipy", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
 __all__ = sorted({*_FUNCTIONS, *_DROPINS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds",
                   "funm"})
 del _FUNCTIONS

@@ -330,6 +330,8 @@ class Derivation:
         self.variants: list[Variant] = []
         #: input name -> its cotangent before the projection onto symmetric matrices (``derive_vjp``)
         self.unprojected_vjp: dict[str, sp.MatrixExpr] = {}
+        #: (m, n) of :meth:`either_orientation`
+        self.orientations: tuple[str, str] | None = None
         self.dims: list[sp.Symbol] = []
         self.inputs: list[MatrixSymbol] = []
         self.outputs: list[MatrixSymbol] = []
@@ -1810,6 +1812,20 @@ class Derivation:
                          symbolic=_real_only_symbolic(code[k], raw[k]),
                          note="checked on the real instances" + (f" with {_and(square)} square" if square else ""))
         return Rule(spec, code, dict(sources))
+
+    def either_orientation(self, rows: sp.Symbol, cols: sp.Symbol):
+        """Declare that the inputs may be tall (``rows > cols``) or wide (``rows < cols``), far from
+        square: besides the rules as derived (used for square input), the generated code gets
+        the rules as sums of products, each chain ordered for a tall and for a wide input, and
+        picks them by the shapes at run time (as JAX's own pseudo-inverse rule branches on
+        ``m >= n``).  A chain such as ``P P^T dA^T A P`` forms an ``m×m`` or an ``n×n``
+        intermediate whichever order is taken, and a collected form such as ``P (X P + Y)`` fixes
+        one: 400000² entries for a 2×400000 ``A``.  No mathematics changes: each variant is the same
+        expression (verified as such on every instance)."""
+        for dim in (rows, cols):
+            if dim not in self.dims:
+                self._fail("either_orientation", f"{dim} is not a dimension of this derivation (d.dim)")
+        self.orientations = (rows.name, cols.name)
 
     def square_variants(self, *outputs: MatrixSymbol):
         """Also derive the rules for the shapes at which these orthonormal outputs are square: for

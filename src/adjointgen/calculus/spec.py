@@ -98,6 +98,9 @@ class OperationSpec:
     real_vjp: object
     #: the rules specialised to square orthonormal outputs (``Variant``, :meth:`Derivation.square_variants`)
     variants: tuple
+    #: ``(m, n)``: the inputs may be tall or wide, products are ordered for both
+    #: (:meth:`Derivation.either_orientation`); ``None``: one order
+    orientations: object
     #: input cotangent name -> (L, R) with ``g = L R^T`` (``derive_vjp(lowrank=k)``)
     vjp_factors: Mapping[str, tuple[sp.MatrixExpr, sp.MatrixExpr]]
     second: object  # SecondOrder | None
@@ -174,6 +177,7 @@ def freeze(d) -> OperationSpec:
         cluster_meaning=_frozen_map(d.cluster_meaning),
         cluster_completion=_frozen_map(d.cluster_completion, lambda v: tuple(v) if not isinstance(v, str) else v),
         steps=tuple(d.steps), jvp=d.jvp, vjp=d.vjp, real_jvp=d.real_jvp, real_vjp=d.real_vjp, variants=tuple(d.variants),
+        orientations=d.orientations,
         vjp_factors=_frozen_map(d.vjp_factors, tuple), second=d.second, value_blocks=_frozen_map(d.value_blocks, lambda v: v),
         partial_rules=bool(d.partial_rules),
         sampler=d.sampler, audit_dims=tuple(_frozen_map(x) for x in d.audit_dims), instances_line=d.instances_line,

@@ -322,6 +322,17 @@ class PublicIR:
     degeneracy_options: tuple[tuple[str, str], ...] = (("cluster_rtol", "None"), ("broadening", "None"))
 
     @property
+    def rule_shapes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The dimensions of the inputs and outputs as the rules read them (an output returned in
+        adjoint form, ``Vh``, is read as ``V``; a diagonal as the vector of its diagonal)."""
+        out = [(i.name, tuple(i.shape)) for i in self.inputs]
+        for o in self.outputs:
+            if o.form == "scalar":
+                continue
+            out.append((o.name, tuple(reversed(o.shape)) if o.form == "adjoint" else tuple(o.shape)))
+        return tuple(out)
+
+    @property
     def factor_names(self) -> tuple[str, ...]:
         return tuple(n for pair in self.saved_factors for n in pair)
 
@@ -392,12 +403,13 @@ class PublicIR:
 @dataclass(frozen=True)
 class VariantIR:
     """The rules specialised to shapes at which the outputs ``square`` (their names in code) are
-    square; the generated table dispatches to them (:class:`adjointgen.runtime.rules.Variant`)."""
+    square, or ordered for a wide input (``shorter``); the generated table dispatches to them
+    (:class:`adjointgen.runtime.rules.Variant`)."""
 
     name: str
     square: tuple[str, ...]
-    jvp: RuleIR
-    vjp: RuleIR
+    jvp: RuleIR | None
+    vjp: RuleIR | None
     vjp_checked: RuleIR | None = None
     jvp_complex: RuleIR | None = None
     vjp_complex: RuleIR | None = None
@@ -405,6 +417,8 @@ class VariantIR:
     #: symmetric inputs whose tangents are unstructured in these rules (the general-matrix
     #: function's rules at a symmetric point, ``Derivation.general_directions``): chosen by the caller
     directions: tuple[str, ...] = ()
+    #: ``(m, n)``: the same rules with their products ordered for ``m < n`` (picked where it holds)
+    shorter: tuple[str, ...] = ()
 
     @property
     def rules(self) -> tuple[RuleIR, ...]:

@@ -7,6 +7,7 @@ when ``U`` is tall.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import posixpath
@@ -33,6 +34,13 @@ from .ir import (PAIRWISE_ROLE, BlockIR, ForwardIR, InputIR, InstanceIR, Operati
 
 #: sizes used only to choose the order of matrix chains
 REPRESENTATIVE_SIZES = {"n": 1000, "m": 1200, "k": 16, "p": 16}
+#: the smaller dimension of a derivation declared ``either_orientation`` (the larger: 100 times it)
+ORIENTED_SIZE = 100
+#: lower the derived formulas expanded (sums of products) rather than in their collected form
+_EXPANDED: contextvars.ContextVar = contextvars.ContextVar("adjointgen_expanded", default=False)
+#: the sizes in force (the representative ones, or those of the other orientation while the
+#: variant of ``Derivation.either_orientation`` is lowered)
+_SIZES: contextvars.ContextVar = contextvars.ContextVar("adjointgen_chain_sizes", default=REPRESENTATIVE_SIZES)
 
 
 class LoweringError(Exception):
@@ -418,7 +426,8 @@ def formula(expr, rename, complex_=False) -> str:
 
 def _size(dim) -> int:
     dim = sp.sympify(dim)
-    return int(dim.xreplace({s: REPRESENTATIVE_SIZES.get(s.name, 100) for s in dim.free_symbols}))
+    sizes = _SIZES.get()
+    return int(dim.xreplace({s: sizes.get(s.name, 100) for s in dim.free_symbols}))
 
 
 def _pairwise_fn(d: OperationSpec, name: str, api: dict[str, str], root=None) -> PairwiseFn:
@@ -476,8 +485,10 @@ def _fused_form(num, den, pdef):
 
 
 def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.generated", *,
-                     label: str | None = None) -> OperationIR:
-    """Build the :class:`OperationIR` of an audited derivation (its spec)."""
+                     label: str | None = None, _other_orientation: bool = False) -> OperationIR:
+    """Build the :class:`OperationIR` of an audited derivation (its spec).  A derivation declared
+    :meth:`~adjointgen.calculus.derivation.Derivation.either_orientation` gets, where the order of
+    its products differs, a variant lowered with the sizes of its two dimensions exchanged."""
     d = as_spec(d)
     if d.jvp is None or d.vjp is None:
         raise LoweringError(f"{d.path}: derivation '{d.name}' has no JVP/VJP (call set_jvp and derive_vjp)")
@@ -523,6 +534,8 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
 
     def rule(kind_, exprs: dict, params: dict[str, Param], out_names: dict[str, str], formulas: dict,
              complex_=False, suffix=""):
+        if _EXPANDED.get():  # an oriented variant: every term a product chain the sizes order
+            exprs = {k: _expanded(formulas.get(k, e)) for k, e in exprs.items()}
         taken = sorted({p.name for e in exprs.values() for p in e.atoms(PairwiseMatrix)} & function_pairwise)
         params = {**params, **{name: Param(name, name, "matrix", PAIRWISE_ROLE) for name in taken}}
         if taken:  # outputs the rule does not read are not its parameters (the values of L's vector)
@@ -687,6 +700,11 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             vjp_complex=(rule("block_vjp", vb.vjp.rewritten, back_params, back_out, vb.vjp.raw, True, "_complex")
                          if vb.real_vjp is not None else None))
         del M
+    if d.orientations is not None and not _other_orientation:
+        base = (jvp, vjp, checked_real, jvp_complex, vjp_complex, checked)
+        rows, cols = d.orientations
+        variants += _oriented_variant(d, root, package, label, base, "tall", (cols, rows))
+        variants += _oriented_variant(d, root, package, label, base, "wide", (rows, cols))
     vjp_factors = None
     if d.vjp_factors:
         exprs, names = {}, {}
@@ -765,6 +783,37 @@ def _inverted_factors(d, api) -> tuple[tuple[str, int], ...]:
         return best
 
     return tuple(sorted((api.get(n, n), degree(n)) for n in found))
+
+
+def _expanded(e):
+    """``e`` as a sum of products (each a chain for the sizes to order)."""
+    return e.expand() if isinstance(e, sp.MatrixExpr) else e
+
+
+def _oriented_variant(d, root, package, label, base, name, shorter) -> list:
+    """``[VariantIR]`` of the rules for an input far from square: the derived formulas expanded
+    into sums of products, each ordered for ``shorter = (small, large)`` dimensions with
+    ``large = 100 small`` (so no ``large × large`` product is formed where another order avoids
+    it; the collected form of the base rules forms one for one orientation), picked where
+    ``small < large``.  The fields (jvp, vjp, vjp_checked, jvp_complex, vjp_complex,
+    vjp_complex_checked) whose values differ from ``base``'s; ``[]`` where none does."""
+    small, large = shorter
+    sizes = {**_SIZES.get(), small: ORIENTED_SIZE, large: 100 * ORIENTED_SIZE}
+    tokens = _SIZES.set(sizes), _EXPANDED.set(True)
+    try:
+        other = lower_derivation(d, root, package, label=label, _other_orientation=True)
+    finally:
+        _EXPANDED.reset(tokens[1])
+        _SIZES.reset(tokens[0])
+    fields = ("jvp", "vjp", "vjp_checked", "jvp_complex", "vjp_complex", "vjp_complex_checked")
+    found = {}
+    for field, mine in zip(fields, base):
+        theirs = getattr(other, field)
+        if mine is not None and theirs is not None and theirs.values != mine.values:
+            found[field] = dataclasses.replace(theirs, name=f"{theirs.name}_{name}")
+    if not found:
+        return []
+    return [VariantIR(name=name, square=(), shorter=shorter, **{f: found.get(f) for f in fields})]
 
 
 def _merged_scalar_identity(m):

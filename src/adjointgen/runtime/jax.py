@@ -42,17 +42,43 @@ from jax import lax
 
 from . import gauge
 from .rules import Rules
-from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, negligible, quotient, reciprocal
+from .xp import assemble, cluster_mask, masked_quotient, matrix_part, negligible, quotient, reciprocal
 from .xp import rounding_rtol, shifted_solve, zero_where_negligible
 
 __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
-    "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "lu_solve", "masked_quotient",
+    "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "library", "library_semantics", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
     "symmetrized", "sqrtm_general", "sylvester", "zero_where_negligible", "check_finite_outputs",
 ]
 
 _RAISE_IN_JIT = False
+
+
+@contextlib.contextmanager
+def library_semantics():
+    """The JAX settings adjointgen's own code is written for, whatever the caller's are: standard
+    dtype promotion (the derived rules multiply real pairwise matrices, eigenvalues and singular
+    values with complex vectors, and scale by Python scalars), batch dimensions broadcast where
+    the rules broadcast them, and matrix products at ``Precision.HIGHEST`` (as JAX's own derivative
+    rules ask: float32 products on accelerators otherwise round to bfloat16/TF32).  A caller's
+    ``jax_numpy_dtype_promotion='strict'`` or ``jax_numpy_rank_promotion='raise'`` (JAX's test
+    configuration) then governs the caller's code, not the library's; the outputs keep the dtypes
+    and shapes JAX's own functions give (``custom_jvp`` and :func:`linear_rule`'s transpose check
+    them)."""
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"), \
+            jax.default_matmul_precision("highest"):
+        yield
+
+
+def library(fn):
+    """``fn`` run under :func:`library_semantics` (a decorator for every entry point JAX calls:
+    forwards, derivative rules, transpositions, primitive implementations and lowerings)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with library_semantics():
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def array_module(*arrays):
@@ -76,12 +102,16 @@ def concrete_true(predicate, *xs) -> bool:
 
 
 def add_diag(xp, X, d):
-    """``X + diag(d)`` for batched ``X`` (..., n, n) and ``d`` (..., n)."""
+    """``X + diag(d)`` for batched ``X`` (..., n, n) and ``d`` (..., n): one elementwise select
+    (``where(i == j, X + d_j, X)``), which XLA fuses with its neighbours, where a scatter into the
+    diagonal is a pass of its own."""
     n = X.shape[-1]
-    idx = jnp.arange(n)
     batch = jnp.broadcast_shapes(X.shape[:-2], d.shape[:-1])
-    X = jnp.broadcast_to(X, batch + X.shape[-2:])
-    return X.at[..., idx, idx].add(d.astype(X.dtype) if not jnp.iscomplexobj(d) else d)
+    dtype = jnp.result_type(X, d)
+    X = jnp.broadcast_to(X, batch + X.shape[-2:]).astype(dtype)
+    d = jnp.broadcast_to(d, batch + d.shape[-1:]).astype(dtype)
+    on_diagonal = jnp.broadcast_to(jnp.eye(n, dtype=bool), X.shape)
+    return jnp.where(on_diagonal, X + d[..., None, :], X)
 
 
 def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
@@ -90,6 +120,46 @@ def solve_triangular(xp, M, B, lower: bool, unit: bool = False):
     M = jnp.broadcast_to(M, batch + M.shape[-2:])
     B = jnp.broadcast_to(B, batch + B.shape[-2:])
     return jax.scipy.linalg.solve_triangular(M, B, lower=lower, unit_diagonal=unit)
+
+
+def lu_solve(xp, A, LU, pivots, B, adjoint: bool = False, left: bool = True):
+    """``op(A)^-1 B`` or ``B op(A)^-1`` (``op(A) = A^H`` with ``adjoint``), batched and broadcasting,
+    from an LU factorization of ``A`` itself (``lax.linalg.lu`` of the held ``A``) for every
+    ``op`` and side: under ``jit`` XLA merges it with the forward's factorization of the same ``A``
+    (``jnp.linalg.solve``'s), so a derivative costs triangular solves, not a second LU (the JAX
+    rules receive no factorization: ``LU = None``).  A ``lax.custom_linear_solve`` of
+    ``x -> op(A) x``, so its own derivatives (in ``A`` too) are exact."""
+    del LU, pivots
+    batch = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    dtype = jnp.result_type(A, B)
+    A = jnp.broadcast_to(A, batch + A.shape[-2:]).astype(dtype)
+    B = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(dtype)
+    if not left:  # X op(A) = B  <=>  op(A)^T X^T = B^T, op(A)^T = conj(op'(A)) with op' the other one
+        Bt = jnp.swapaxes(B, -1, -2)
+        if adjoint:  # conj(A) X^T = B^T  <=>  A conj(X^T) = conj(B^T)
+            return jnp.conj(jnp.swapaxes(lu_solve(xp, A, None, None, jnp.conj(Bt)), -1, -2))
+        return jnp.swapaxes(_lu_linear_solve(A, Bt, 1), -1, -2)
+    return _lu_linear_solve(A, B, 2 if adjoint else 0)
+
+
+def _lu_linear_solve(A, B, trans):
+    """``op(A) X = B`` (``trans`` 0, 1, 2: ``A``, ``A^T``, ``A^H``) from the LU of the held ``A``."""
+    lu, pivots, _ = lax.linalg.lu(lax.stop_gradient(A))
+    flip = {0: 1, 1: 0, 2: None}[trans]  # op(A)^T: A^T, A, conj(A)
+
+    def op(M, X, t):
+        M = jnp.swapaxes(M, -1, -2) if t else M
+        return (jnp.conj(M) if t == 2 else M) @ X
+
+    def solve(_, R):
+        return jax.scipy.linalg.lu_solve((lu, pivots), R, trans=trans)
+
+    def transpose_solve(_, R):
+        if flip is not None:
+            return jax.scipy.linalg.lu_solve((lu, pivots), R, trans=flip)
+        return jnp.conj(jax.scipy.linalg.lu_solve((lu, pivots), jnp.conj(R), trans=0))
+
+    return lax.custom_linear_solve(lambda X: op(A, X, trans), B, solve=solve, transpose_solve=transpose_solve)
 
 
 def solve_triangular_right(xp, M, B, lower: bool, unit: bool = False):
@@ -154,6 +224,28 @@ def sqrtm_general(A):
     return X if jnp.iscomplexobj(A) else jnp.real(X).astype(A.dtype)
 
 
+@jax.jit
+def _rounding_clusters(d):
+    """``(..., n, n)``: the pairs ``i != j`` whose values are equal to rounding (one jitted
+    computation: op by op it would be twenty small ones)."""
+    n = d.shape[-1]
+    real = jnp.finfo(d.dtype).dtype
+    eps = float(jnp.finfo(real).eps)
+    scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
+    rtol = rounding_rtol(n, eps)
+    tol = rtol * scale
+    # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
+    # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
+    real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
+    width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
+    bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
+    # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
+    pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
+    off_diagonal = jnp.broadcast_to(~jnp.eye(n, dtype=bool), pair.shape)
+    return ((jnp.abs(d[..., :, None] - d[..., None, :]) <= rtol * pair)
+            & (bucket[..., :, None] == bucket[..., None, :]) & off_diagonal)
+
+
 def generic_basis(d, *vectors, normalize: bool = False):
     """``vectors`` (columns paired with the values ``d``) with the columns of every cluster of values
     equal to rounding (:func:`adjointgen.runtime.xp.rounding_rtol`, relative to the pair) rotated by one
@@ -168,33 +260,30 @@ def generic_basis(d, *vectors, normalize: bool = False):
     if n < 2 or not vectors:
         return vectors
     dtype = vectors[0].dtype
-    real = jnp.finfo(dtype).dtype
-    eps = float(jnp.finfo(real).eps)
-    scale = jnp.maximum(jnp.max(jnp.abs(d), axis=-1, keepdims=True), jnp.finfo(real).tiny)[..., None]
-    rtol = rounding_rtol(n, eps)
-    tol = rtol * scale
-    # buckets of width tol from the smallest value: the rotation mixes values of one bucket only, so
-    # no chain of close neighbours spreads a cluster beyond tol (the residual moves by its spread)
-    real_d = jnp.real(d) if jnp.iscomplexobj(d) else d
-    width = jnp.maximum(tol[..., 0], jnp.finfo(real).tiny)  # (tol underflows for the zero matrix)
-    bucket = jnp.floor((real_d - jnp.min(real_d, axis=-1, keepdims=True)) / width)
-    # and relative to the pair: a graded spectrum (1e-300, 1, 1e100, 1e300) keeps its eigenvectors
-    pair = jnp.maximum(jnp.abs(d)[..., :, None], jnp.abs(d)[..., None, :])
-    K = ((jnp.abs(d[..., :, None] - d[..., None, :]) <= rtol * pair)
-         & (bucket[..., :, None] == bucket[..., None, :]) & ~jnp.eye(n, dtype=bool))
+    K = _rounding_clusters(d)
     rng = numpy.random.default_rng(0x5EED + n)
     M = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if jnp.iscomplexobj(vectors[0]) else 0)
     Omega = jnp.asarray((M - numpy.conj(M.T)) / 2, dtype=dtype)
+    # module-level branches and the constants as operands: the conditional is traced once per
+    # shape, not per call (a new closure each call would compile again in op-by-op mode)
+    rotated = _rotated_normalized if normalize else _rotated
+    if is_concrete(K):  # op by op: the rotation (and its compilation) only where a cluster exists
+        return rotated((K, Omega, tuple(vectors))) if bool(jnp.any(K)) else tuple(vectors)
+    return jax.lax.cond(jnp.any(K), rotated, _unrotated, (K, Omega, tuple(vectors)))
 
-    def rotate(args):
-        K, vs = args
-        R = jax.scipy.linalg.expm(jnp.where(K, Omega, 0).astype(dtype))
-        out = [v @ R for v in vs]
-        if normalize:
-            out = [v / jnp.linalg.norm(v, axis=-2, keepdims=True) for v in out]
-        return tuple(out)
 
-    return jax.lax.cond(jnp.any(K), rotate, lambda args: tuple(args[1]), (K, tuple(vectors)))
+def _rotated(args):
+    K, Omega, vs = args
+    R = jax.scipy.linalg.expm(jnp.where(K, Omega, jnp.zeros((), Omega.dtype)))
+    return tuple(v @ R for v in vs)
+
+
+def _rotated_normalized(args):
+    return tuple(v / jnp.linalg.norm(v, axis=-2, keepdims=True) for v in _rotated(args))
+
+
+def _unrotated(args):
+    return tuple(args[2])
 
 
 def eigh(A):
@@ -250,25 +339,49 @@ def lstsq(A, B, rcond=None):
 
 def lu(A):
     """``(P, L, U)`` with ``A = P L U`` (partial pivoting; ``P`` in ``A``'s dtype), as
-    ``jax.scipy.linalg.lu``."""
+    ``jax.scipy.linalg.lu``, batched."""
     import jax.scipy.linalg
 
-    P, L, U = jax.scipy.linalg.lu(A)
+    factor = jax.scipy.linalg.lu
+    for _ in A.shape[:-2]:  # batched (jax.scipy.linalg.lu takes one matrix)
+        factor = jax.vmap(factor)
+    P, L, U = factor(A)
     return P.astype(A.dtype), L, U
 
 
 def adjugate(xp, A):
-    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, from the SVD ``A = U S V^H``:
-    ``c V diag(prod_{j != i} s_j) U^H`` with ``c = det(U) det(V^H)`` (no branch on values, so it
-    traces), and its derivative from the same factors, ``d adj(A)[E] = c V M(U^H E V) U^H`` with
+    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, finite and exact at singular ``A``:
+    ``det(A) A^-1`` from one LU factorization where its pivots are within ``sqrt(eps)`` of the
+    largest (a cheap test of the conditioning: what the SVD costs is several LU factorizations),
+    else from the SVD ``A = U S V^H``: ``c V diag(prod_{j != i} s_j) U^H`` with ``c = det(U) det(V^H)``,
+    whose derivative comes from the same factors, ``d adj(A)[E] = c V M(U^H E V) U^H`` with
     ``M(X)_ii = sum_{k != i} P_ik X_kk``, ``M(X)_ij = -P_ij X_ij``, ``P_ij = prod_{l not in {i, j}} s_l``:
     exact at every rank (``adj`` is a polynomial; no derivative of the SVD enters), so second
-    derivatives of ``det`` are right at singular ``A`` (see
-    :func:`adjointgen.runtime.linalg.adjugate`)."""
+    derivatives of ``det`` are right at singular ``A`` (see :func:`adjointgen.runtime.linalg.adjugate`).
+    Traced, ``lax.cond`` takes the SVD for the whole batch where one matrix needs it."""
     n = A.shape[-1]
     if n <= 1:
         return xp.ones_like(A) if n == 1 else A
-    return _adjugate(A)
+    lu, pivots, _ = lax.linalg.lu(A)
+    u = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    eps = float(jnp.finfo(A.dtype).eps)
+    well = jnp.all(jnp.min(jnp.abs(u), axis=-1) > math.sqrt(eps) * jnp.max(jnp.abs(u), axis=-1))
+    if is_concrete(well):
+        return _adjugate_lu((A, lu, pivots, u)) if bool(well) else _adjugate_svd((A, lu, pivots, u))
+    return lax.cond(well, _adjugate_lu, _adjugate_svd, (A, lu, pivots, u))
+
+
+def _adjugate_lu(args):
+    A, lu, pivots, u = args
+    n = A.shape[-1]
+    swaps = jnp.sum(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    det = jnp.where(swaps % 2 == 1, -1, 1).astype(A.dtype) * jnp.prod(u, axis=-1)
+    inverse = jax.scipy.linalg.lu_solve((lu, pivots), jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape))
+    return det[..., None, None] * inverse
+
+
+def _adjugate_svd(args):
+    return _adjugate(args[0])
 
 
 def _adjugate_factors(A):
@@ -513,6 +626,7 @@ def transposition(mode: str):
         _TRANSPOSE = old
 
 
+@library
 def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...], *, transpose: str | None = None) -> tuple:
     """The output tangents of the derived JVP (complex or real rules), passed through
     :func:`gauge_checked` where the operation has gauge residuals.  ``cotangent_names``: the names
@@ -549,6 +663,7 @@ class _Linear:
         k = len(self.tangent_names)
         return dict(self.static, **dict(zip(self.tangent_names, args[:k])), **dict(zip(self.names, args[k:])))
 
+    @library
     def forward(self, *args):
         return list(self.call(self.env(args)))
 
@@ -630,6 +745,7 @@ def _make_primitives():
     def shapes(*args, check, count):
         return [jax.core.ShapedArray(x.shape, x.dtype) for x in args[:count]]
 
+    @library
     def traced_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
 
@@ -652,6 +768,7 @@ def _make_primitives():
             bad = lax.cond(clustered, verdict, lambda operands: jnp.zeros(shape.shape, bool), (cotangents, held))
         return _poison(bad, cotangents)
 
+    @library
     def eager_check(*args, check, count):
         cotangents, held = list(args[:count]), args[count:]
         clustered = check.clustered(held)
@@ -679,6 +796,7 @@ def _make_primitives():
         out = hook_p.bind(*primals, check=check, count=count)
         return out, [ad.instantiate_zeros(t) for t in tangents[:count]]
 
+    @library
     def hook_transpose(cts, *args, check, count):
         held = args[count:]
         cts = [ad.instantiate_zeros(c) if type(c) is ad.Zero else c for c in cts]
@@ -693,6 +811,7 @@ def _make_primitives():
     mlir.register_lowering(check_p, mlir.lower_fun(traced_check, multiple_results=True))
     batching.primitive_batchers[check_p] = batched(check_p)
 
+    @library
     def check_jvp(primals, tangents, *, check, count):
         out = check_p.bind(*primals, check=check, count=count)
         found = check.bad(list(primals[:count]), primals[count:])
@@ -703,12 +822,14 @@ def _make_primitives():
 
     tangent_p = Primitive("adjointgen_tangent_check")
 
+    @library
     def tangent_impl(X, denominator, d, *, op, rtol):
         from .xp import check_tangent as host_check
 
         host_check(numpy, op, numpy.asarray(X), numpy.asarray(denominator), numpy.asarray(d), rtol)
         return X
 
+    @library
     def tangent_traced(X, denominator, d, *, op, rtol):
         off = negligible(jnp, denominator, d, rtol) & ~jnp.eye(X.shape[-1], dtype=bool)
         from .xp import split_pairs
@@ -737,6 +858,7 @@ def _make_primitives():
     linear_p = Primitive("adjointgen_linear_rule")
     linear_p.multiple_results = True
 
+    @library
     def linear_abstract(*args, plan):
         avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args]
         return [jax.core.ShapedArray(o.shape, o.dtype) for o in jax.eval_shape(plan.forward, *avals)]
@@ -747,6 +869,7 @@ def _make_primitives():
         out = linear_p.bind(*args, plan=plan)
         return out, [0] * len(out)
 
+    @library
     def linear_jvp(primals, tangents, *, plan):
         # the JVP is linear in the input tangents, not in the primal values it reads: its
         # derivative is that of its jax.numpy operations
@@ -754,6 +877,7 @@ def _make_primitives():
         out, dout = jax.jvp(plan.forward, tuple(primals), tuple(tangents))
         return out, dout
 
+    @library
     def linear_transpose(cts, *args, plan):
         k = len(plan.tangent_names)
         held = args[k:]
@@ -830,8 +954,8 @@ def _raise(op, phase, cluster, basis=False):
     if bool(basis):
         raise gauge.ComplementBasisError(
             f"{op}: the loss depends on the basis chosen for the complement (the columns full_matrices=True "
-            "adds), which is defined only through its span: use a loss of its projector U2 U2^H, or "
-            "full_matrices=False. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+            "or mode='complete' adds), which is defined only through its span: use a loss of its projector "
+            "U2 U2^H, or the reduced factors. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
     if bool(cluster):
         raise gauge.DegenerateSubspaceError(
             f"{op}: the loss depends on the basis chosen inside a cluster of equal values, or on the individual "

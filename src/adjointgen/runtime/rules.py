@@ -56,12 +56,13 @@ class Residual:
 @dataclass(frozen=True)
 class Variant:
     """The rules specialised to the shapes at which the outputs named in ``square`` are square
-    (``U U^H = I``: the complement terms dropped; ``Derivation.square_variants``).  Each call
-    replaces the one of the same name of :class:`Rules` where it applies."""
+    (``U U^H = I``: the complement terms dropped; ``Derivation.square_variants``), or ordered for
+    the shapes where ``shorter = (m, n)`` has ``m < n``.  Each call replaces the one of the same
+    name of :class:`Rules` where it applies."""
 
     square: tuple[str, ...]
-    jvp: Call
-    vjp: Call
+    jvp: Call | None = None
+    vjp: Call | None = None
     vjp_checked: Call | None = None
     jvp_complex: Call | None = None
     vjp_complex: Call | None = None
@@ -69,6 +70,9 @@ class Variant:
     #: symmetric inputs whose tangents are unstructured in these rules (a general-matrix function's
     #: rules at a symmetric point): picked by :meth:`Rules.for_directions`, never by shape
     directions: tuple[str, ...] = ()
+    #: ``(m, n)``: the same rules with their products ordered for ``m < n``, where it holds
+    #: (``Derivation.either_orientation``)
+    shorter: tuple[str, ...] = ()
 
 
 _VARIANT_CALLS = ("jvp", "vjp", "vjp_checked", "jvp_complex", "vjp_complex", "vjp_complex_checked")
@@ -129,21 +133,62 @@ class Rules:
     invertible: tuple[tuple[str, int], ...] = ()
     #: how the values move as a block at clusters (:class:`ValueBlock`), if they can
     block: ValueBlock | None = None
+    #: the derivation's dimensions of the arrays the rules read, by name (``("Q", ("m", "n"))``),
+    #: where variants are picked by shape: a variant applies where its outputs' dimensions are equal
+    shapes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def dims(self, env: dict) -> dict:
+        """The size of each declared dimension in the arrays of ``env`` (their last axes); a
+        ``ValueError`` where two arrays disagree (shapes the derivation does not cover, such as a
+        wide matrix given to the rules of a tall factorization)."""
+        found: dict = {}
+        for name, dims in self.shapes:
+            shape = getattr(env.get(name), "shape", None)
+            if shape is None or len(shape) < len(dims):
+                continue
+            for dim, size in zip(dims, shape[len(shape) - len(dims):]):
+                if found.setdefault(dim, size) != size:
+                    declared = ", ".join(f"{n} ({', '.join(d)})" for n, d in self.shapes)
+                    given = ", ".join(f"{n} {tuple(getattr(env.get(n), 'shape', ()))}" for n, _ in self.shapes
+                                      if env.get(n) is not None)
+                    raise ValueError(f"{self.op}: the rules are derived for {declared}, got {given} "
+                                     f"({dim} is {found[dim]} and {size})")
+        return found
 
     def for_shapes(self, env: dict) -> "Rules":
         """The rules for the arrays of ``env``: those of the variant with the most outputs that are
-        all square there (the shapes are static under tracing), else these."""
+        all square there (the shapes are static under tracing), else these.  With declared
+        :attr:`shapes`, "square" is the derivation's: both dimensions of the output equal (and the
+        arrays must fit the declared dimensions, see :meth:`dims`)."""
+        dims = self.dims(env) if self.shapes else {}
+        if self.shapes:
+            declared = dict(self.shapes)
+
+            def square(name):
+                d = declared.get(name)
+                return d is not None and len(d) == 2 and d[0] in dims and dims.get(d[0]) == dims.get(d[1])
+        else:
+            def square(name):
+                return _square(env.get(name))
+
+        def applies(v):
+            if v.shorter and not (v.shorter[0] in dims and v.shorter[1] in dims
+                                  and dims[v.shorter[0]] < dims[v.shorter[1]]):
+                return False
+            return all(square(name) for name in v.square)
+
         best = None
         for v in self.variants:
             if v.directions:
                 continue
-            if all(_square(env.get(name)) for name in v.square) and (best is None or len(v.square) > len(best.square)):
+            if applies(v) and (best is None or len(v.square) + bool(v.shorter) > len(best.square) + bool(best.shorter)):
                 best = v
         if best is None:
             if any(not v.directions for v in self.variants):  # a choice was made: the general rules
                 taken(self.op, "rules")
             return self
-        taken(self.op, "rules_" + "_".join(("square",) + best.square))
+        parts = (("square", *best.square) if best.square else ()) + (("shorter", *best.shorter) if best.shorter else ())
+        taken(self.op, "rules_" + "_".join(parts))
         return self._with(best)
 
     def for_directions(self) -> "Rules":
