@@ -64,7 +64,7 @@ def test_second_derivatives_gradcheck():
 def test_phase_dependent_loss_raises():
     A = hermitian(5, 5, seed=30).requires_grad_()
     w, V = agt.eigh(A)
-    with pytest.raises(gauge.PhaseDependentLossError, match="phase of eigenvector 0"):
+    with pytest.raises(gauge.PhaseDependentLossError, match="phase of column 0 of V"):
         torch.autograd.grad(V[0, 0].imag + V[-1, 0].imag, A)  # Im moves with the phase (LAPACK makes V[0] real)
 
 

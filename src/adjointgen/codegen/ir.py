@@ -81,6 +81,10 @@ class ResidualIR:
     #: the gauge function computing this residual alone (a backward without clusters checks the
     #: phases with it next to the plain VJP); ``None``: only the checked VJP has it
     rule: "RuleIR | None" = None
+    #: a phase gauge's outputs whose columns it rotates, and forms of the outputs invariant to it
+    #: (the error's wording, from the gauge's declaration)
+    phases: tuple[str, ...] = ()
+    invariant: str = ""
 
     @property
     def clustered(self) -> bool:

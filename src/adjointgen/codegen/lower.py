@@ -638,8 +638,9 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
             targets = d.cluster_completion.get(indicators[0].name, ())
             if targets and split is not None and all(("g" + t) in vjp_params for t in targets):
                 completes = tuple(api[t] for t in targets)
+        phases, invariant = ((), "") if vector is not None else _phase_wording(d, gauge, api)
         info = ResidualIR(gauge.name, out, tuple(p.name for p in gauge_params.values() if p.role == "cotangent"),
-                          vector, split, what, completes)
+                          vector, split, what, completes, phases=phases, invariant=invariant)
         suffix = gauge.suffix
         if d.structure.complex and not complex_only:
             gauge_rules.append(rule("gauge", {res_name: code}, gauge_params, {res_name: out}, {res_name: raw}, True,
@@ -748,6 +749,25 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
         second_order=d.second is not None,
         variants=tuple(variants),
     )
+
+
+def _phase_wording(d, gauge, api) -> tuple[tuple[str, ...], str]:
+    """What the error of a loss that depends on the phase gauge says, from the gauge's declaration:
+    the outputs whose columns it rotates (``U -> U Θ``), by API name, and the forms invariant to it
+    (``|X|`` of every output it moves, ``X X^H`` of a rotated one, ``X diag(D) Y^H`` between the
+    first and last rotated ones for a diagonal output ``D`` it leaves alone)."""
+    theta = gauge.parameter
+    outputs = {o.name: o for o in d.outputs}
+    rotated = tuple(name for name, expr in gauge.directions.items()
+                    if name in outputs and expr == MatMul(outputs[name], theta))
+    moved = tuple(name for name, expr in gauge.directions.items() if name in outputs and expr != 0)
+    forms = [f"|{api.get(n, n)}|" for n in moved] + [f"{api.get(n, n)} {api.get(n, n)}^H" for n in rotated]
+    diagonal = [o.name for o in d.outputs if o.name not in gauge.directions and o.name in d.structure.diagonal]
+    if rotated and diagonal:
+        first, last = api.get(rotated[0], rotated[0]), api.get(rotated[-1], rotated[-1])
+        forms.append(f"{first} diag({api.get(diagonal[0], diagonal[0])}) {last}^H")
+    invariant = ", ".join(forms[:-1]) + (" or " if len(forms) > 1 else "") + (forms[-1] if forms else "")
+    return tuple(api.get(n, n) for n in rotated), invariant
 
 
 def _inverted_factors(d, api) -> tuple[tuple[str, int], ...]:

@@ -134,7 +134,7 @@ def _vjp(rules: Rules, env: dict) -> tuple:
             floor = _floor(rules.residuals, cenv)
             for r in rules.residuals:
                 if r.vector is None:
-                    gauge.check(rules.op, r.call(cenv)[0], *(cenv[c] for c in r.cotangents), floor=floor)
+                    gauge.check(rules.op, r.call(cenv)[0], *(cenv[c] for c in r.cotangents), floor=floor, phases=r.phases, invariant=r.invariant)
         else:
             out = _checked(rules, cenv, rules.vjp_checked, rules.residuals)
         return tuple(g.real if not env.get(name[1:], g).is_complex() else g for name, g in zip(rules.outputs, out))
@@ -211,7 +211,7 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
     for r in residuals:
         cotangents = tuple(env[c] for c in r.cotangents)
         if r.vector is None:
-            gauge.check(rules.op, values[r.output], *cotangents, floor=floor)
+            gauge.check(rules.op, values[r.output], *cotangents, floor=floor, phases=r.phases, invariant=r.invariant)
         elif broadening is None:
             split = None if r.completes or r.split is None else env[r.split]
             degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,

@@ -19,15 +19,6 @@ __all__ = ["ComplementBasisError", "DegenerateSubspaceError", "GaugeDependentLos
 _ENABLED = True
 
 #: how the errors name the vectors of each operation, and invariant alternatives
-_WHAT = {
-    "svd": ("singular pair", "|U|, U U^H or U diag(S) V^H"),
-    "eigh": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
-    "eigh_generalized": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
-    "eigsh": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
-    "eigsh_generalized": ("eigenvector", "|V|, V V^H or V diag(w) V^H"),
-}
-
-
 class GaugeDependentLossError(ValueError):
     """The loss depends on a gauge of the outputs: a freedom that leaves every defining identity
     unchanged (the phase of a complex eigenvector or singular vector, the basis inside a cluster of
@@ -93,7 +84,7 @@ def _excess(residual, scale, floor=None):
     return (residual.abs() / scale.clamp_min(tiny)), bad
 
 
-def check(op: str, residual, *cotangents, floor=None) -> None:
+def check(op: str, residual, *cotangents, floor=None, phases=(), invariant="") -> None:
     """Raise :class:`PhaseDependentLossError` when ``|R_j|`` exceeds ``sqrt(eps)`` times the size of
     the cotangent columns it is built from (``|u_j^H g_j| <= ‖g_j‖`` for a unit ``u_j``), plus
     ``floor`` (``(..., 1)``: the size of the loss's other derivatives, below which cotangents of the
@@ -113,12 +104,19 @@ def check(op: str, residual, *cotangents, floor=None) -> None:
         if found is not None and bool(found[1].any()):
             relative, bad = found
             j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
-            what, how = _WHAT.get(op, ("vector", "|X| or X X^H"))
-            raise PhaseDependentLossError(
-                f"{op}: the loss depends on the phase of {what} {j} (relative residual {float(relative.max()):.2e}): "
-                f"complex {what}s are defined only up to a phase e^{{i theta}} each, and a loss must be "
-                f"invariant to it, e.g. use {how} instead of the vectors themselves. "
-                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+            raise PhaseDependentLossError(phase_message(op, phases, invariant, j, float(relative.max())))
+
+
+def phase_message(op: str, phases=(), invariant="", j=None, relative=None) -> str:
+    """The error of a loss that depends on a phase gauge; ``phases`` (the outputs whose columns
+    it rotates) and ``invariant`` (forms invariant to it) come from the derivation's gauge."""
+    columns = f"column {j} of " if j is not None else "the columns of "
+    where = columns + " and ".join(phases) if phases else ("vector " + str(j) if j is not None else "a complex vector")
+    size = f" (relative residual {relative:.2e})" if relative is not None else ""
+    return (f"{op}: the loss depends on the phase of {where}{size}: complex vectors are defined only up to a "
+            f"phase e^{{i theta}} each (shared by the columns of the same index), and a loss must be invariant "
+            f"to it, e.g. use {invariant or '|X| or X X^H'} instead of the vectors themselves. "
+            "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
 
 
 def check_basis(op: str, residual, cotangent) -> None:

@@ -753,7 +753,8 @@ def _make_primitives():
             cotangents, held = operands
             bad, *kinds = check.bad(cotangents, held)
             if _RAISE_IN_JIT:
-                jax.debug.callback(functools.partial(_raise, check.rules.op), *kinds)
+                jax.debug.callback(functools.partial(_raise, check.rules.op, phases=_phase_residual(check.residuals)),
+                                   *kinds)
             return bad
 
         if jax.eval_shape(lambda ops: check.bad(*ops), (cotangents, held)) is None:
@@ -776,7 +777,7 @@ def _make_primitives():
             return cotangents
         found = check.bad(cotangents, held)
         if found is not None:
-            _raise(check.rules.op, *found[1:])
+            _raise(check.rules.op, *found[1:], phases=_phase_residual(check.residuals))
         return cotangents
 
     def batched(p):
@@ -949,8 +950,14 @@ def _violations(rules, env, checked, residuals, cotangents, names):
     return None if bad is None else (bad, phase, cluster, basis)
 
 
-def _raise(op, phase, cluster, basis=False):
-    """The host side of the reverse-mode check: the torch side's error classes and advice."""
+def _phase_residual(residuals):
+    """The phase residual among ``residuals`` (its wording: the rotated outputs, invariant forms)."""
+    return next((r for r in residuals if r.vector is None and r.what != "basis"), None)
+
+
+def _raise(op, phase, cluster, basis=False, phases=None):
+    """The host side of the reverse-mode check: the torch side's error classes and advice
+    (``phases``: the phase residual, whose declaration words the phase error)."""
     if bool(basis):
         raise gauge.ComplementBasisError(
             f"{op}: the loss depends on the basis chosen for the complement (the columns full_matrices=True "
@@ -967,10 +974,8 @@ def _raise(op, phase, cluster, basis=False):
             "cotangents, which no invariant loss makes zero: second derivatives at an exact cluster are not "
             "available in JAX (torch's reverse over reverse has them)")
     if bool(phase):
-        raise gauge.PhaseDependentLossError(
-            f"{op}: the loss depends on the phase of a complex vector: complex vectors are defined only up to a "
-            "phase e^{i theta} each, and a loss must be invariant to it (use |x| or x x^H). Disable this check "
-            "with adjointgen.runtime.gauge.set_enabled(False)")
+        raise gauge.PhaseDependentLossError(gauge.phase_message(
+            op, phases.phases if phases is not None else (), phases.invariant if phases is not None else ""))
 
 
 _hook_p, _check_p, _tangent_p, _linear_p = _make_primitives()

@@ -51,6 +51,10 @@ class Residual:
     #: the gauge function computing this residual alone (checked next to the plain VJP where no
     #: cluster can make the others nonzero)
     call: "Call | None" = None
+    #: a phase gauge's outputs whose columns it rotates, and the forms invariant to it (the
+    #: error's wording, generated from the derivation's gauge)
+    phases: tuple[str, ...] = ()
+    invariant: str = ""
 
 
 @dataclass(frozen=True)

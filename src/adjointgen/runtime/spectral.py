@@ -85,8 +85,7 @@ class Spectral:
                 bad = ~ok
                 raise ValueError(f"{self.name}: A has the eigenvalue {_divided.evaluate._locate(w, bad)}, outside the "
                                  f"stated domain {self.domain_text} of {self.expr}")
-        return _divided.check_domain(self.program, w, opts, order=0, name=self.name, tol=_rounding(w),
-                                     advice=_ADVICE.get(self.name, ""))
+        return _divided.check_domain(self.program, w, opts, order=0, name=self.name, tol=_rounding(w))
 
     def check_smooth(self, w, opts=(), order=1, A=None):
         """A :class:`ValueError` if ``f`` has no ``order``-th derivative at an eigenvalue (``sqrt`` at
@@ -131,7 +130,6 @@ class Spectral:
         return self.L(w, opts)
 
 
-_ADVICE = {"logm": "; logm needs a positive definite A", "sqrtm": "; sqrtm needs a positive semidefinite A"}
 
 
 def _rounding(w):

@@ -583,5 +583,12 @@ def _domain_message(program, i, op, w, u, bad, desc, order, name, advice="") -> 
     here = "" if arg_text == "x" else f"; here {arg_text} = {float(un[index]):.6g}"
     within = " (to rounding)" if order > 0 and (desc.startswith(">") or desc.startswith("!=")) else ""
     where = op_text if op_text == program.text else f"{op_text} in f = {program.text}"
+    if not advice and arg_text == "x" and desc in _DEFINITE:  # a condition on the eigenvalues: on A
+        advice = f"; {name} needs a {_DEFINITE[desc]} A"
     return (f"{name}: A has the eigenvalue {at}, where {where} is {what}{within} (it needs {arg_text} {desc}{here})"
             f"{advice}")
+
+
+#: a condition on every eigenvalue of a Hermitian A, as a property of A
+_DEFINITE = {"> 0": "positive definite", ">= 0": "positive semidefinite", "< 0": "negative definite",
+             "<= 0": "negative semidefinite"}
