@@ -125,3 +125,44 @@ def test_general_solver_matches_scipy_and_differentiates(dtype):
     assert np.abs(runtime_xp.sylvester(np, A.numpy(), B.numpy(), C.numpy(), hermitian=False) - X.numpy()).max() < 1e-13
     with pytest.raises(SingularMatrixError):
         sylvester(A, -A, C[0], hermitian=False)
+
+
+@pytest.mark.parametrize("route", ["hermitian", "general", "numpy", "numpy hermitian"])
+def test_every_route_names_the_eigenvalues_that_collide(route):
+    """A singular equation (an eigenvalue of A the negative of one of B) raises on every route,
+    naming both eigenvalues: the Bartels-Stewart solver would otherwise perturb them silently."""
+    A = torch.diag(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    B = torch.diag(torch.tensor([5.0, -2.0], dtype=torch.float64))
+    V = torch.tensor([[1.0, 0.5], [0.0, 1.0]], dtype=torch.float64)
+    C = torch.ones(3, 2, dtype=torch.float64)
+    if route == "hermitian":
+        call = lambda: sylvester(A, B, C)
+    elif route == "general":
+        call = lambda: sylvester(A, V @ B @ torch.linalg.inv(V), C, hermitian=False)
+    elif route == "numpy":
+        call = lambda: runtime_xp.sylvester(np, A.numpy(), (V @ B @ torch.linalg.inv(V)).numpy(), C.numpy(),
+                                            hermitian=False)
+    else:
+        call = lambda: runtime_xp.sylvester(np, A.numpy(), B.numpy(), C.numpy())
+    with pytest.raises(SingularMatrixError, match=r"a_\d = 2 of A is, to rounding, the negative of the eigenvalue "
+                                                  r"b_\d = -2 of B"):
+        call()
+
+
+def test_bartels_stewart_one_schur_form_for_a_and_its_adjoint():
+    """``b = a`` (square roots) and ``b = a^H`` (Lyapunov) take one Schur form; the solution matches
+    SciPy's (and satisfies the equation where SciPy's does not: complex ``a`` with real ``b``), real
+    data stays real, and a batch element that fails is named."""
+    rng = np.random.default_rng(11)
+    for a in (rng.standard_normal((5, 5)), rng.standard_normal((5, 5)) + 1j * rng.standard_normal((5, 5))):
+        a = a - 4 * np.eye(5)
+        c = rng.standard_normal((5, 5))
+        for b in (a, a.conj().T, rng.standard_normal((5, 5)) - 4 * np.eye(5)):
+            x = runtime_xp.bartels_stewart(a, b, c)
+            assert np.abs(a @ x + x @ b - c).max() < 1e-13
+            if np.iscomplexobj(a) == np.iscomplexobj(b):  # (SciPy 1.17 solves complex a, real b wrongly)
+                assert np.abs(x - scipy.linalg.solve_sylvester(a, b, c)).max() < 1e-13
+            assert np.iscomplexobj(x) == np.iscomplexobj(a)
+    a = np.stack([np.eye(2), np.diag([1.0, -1.0])])
+    with pytest.raises(SingularMatrixError, match=r"batch index \(1,\)"):
+        runtime_xp.sylvester(np, a, a, np.ones((2, 2, 2)), hermitian=False)

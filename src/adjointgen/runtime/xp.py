@@ -359,35 +359,116 @@ def pinv_with(xp, A, atol=None, rtol=None):
 
 def sylvester(xp, A, B, C, hermitian: bool = True):
     """``X`` with ``A X + X B = C`` (batched): for Hermitian ``A``, ``B`` in their eigenbases,
-    otherwise by SciPy's Bartels-Stewart on the host (CuPy arrays make a round trip); the
-    array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`."""
-    if not hermitian:
-        import scipy.linalg
+    otherwise by Bartels-Stewart on the host (:func:`bartels_stewart`; CuPy arrays make a round
+    trip); the array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`.
 
+    Raises:
+        SingularMatrixError: an eigenvalue of ``A`` is, to rounding, the negative of one of ``B``
+            (both named in the message): no unique ``X``.
+    """
+    if not hermitian:
         host = (lambda x: x.get()) if is_cupy(xp) else numpy.asarray
         a, b, c = (host(x) for x in (A, B, C))
         batch = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
         a, b, c = (numpy.broadcast_to(x, batch + x.shape[-2:]) for x in (a, b, c))
-        out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
-        eps = numpy.finfo(out.real.dtype).eps
+        out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c, numpy.float32))
         for idx in numpy.ndindex(*batch):
-            # trsyl perturbs a singular equation instead of failing: test the eigenvalue sums first
-            sums = numpy.linalg.eigvals(a[idx])[:, None] + numpy.linalg.eigvals(b[idx])[None, :]
-            scale = numpy.abs(a[idx]).max(initial=0) + numpy.abs(b[idx]).max(initial=0)
-            if sums.size and numpy.abs(sums).min() <= 100 * eps * a.shape[-1] * scale:
-                from .checks import SingularMatrixError
-
-                raise SingularMatrixError("sylvester: A X + X B = C has no unique solution: an eigenvalue of A "
-                                          f"is, to rounding, the negative of one of B (|a_i + b_j| = "
-                                          f"{numpy.abs(sums).min():.2e})")
-            out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
+            out[idx] = bartels_stewart(a[idx], b[idx], c[idx], where=idx if batch else None)
         return xp.asarray(out)
     wa, Va = xp.linalg.eigh(A)
     wb, Vb = xp.linalg.eigh(B)
     denominator = wa[..., :, None] + wb[..., None, :]
+    if not is_cupy(xp):
+        check_sums(numpy.asarray(wa), numpy.asarray(wb), numpy.abs(numpy.asarray(wa)).max(-1, initial=0)
+                   + numpy.abs(numpy.asarray(wb)).max(-1, initial=0))
     conj = xp.conj if xp.iscomplexobj(C) or xp.iscomplexobj(Va) else (lambda x: x)
     Ct = conj(xp.swapaxes(Va, -1, -2)) @ C @ Vb
     return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
+
+
+def check_sums(a, b, scale, where=None) -> None:
+    """A :class:`~adjointgen.runtime.checks.SingularMatrixError` naming the pair where an eigenvalue
+    ``a_i`` (of ``A``, batched ``(..., n)``) and ``b_j`` (of ``B``, ``(..., m)``) add up to zero to
+    rounding (``|a_i + b_j| <= 100 eps max(n, m) scale``, ``scale`` ``(...)`` the size of the
+    matrices): the Sylvester equation ``A X + X B = C`` has no unique solution there."""
+    a, b = numpy.asarray(a), numpy.asarray(b)
+    if not a.shape[-1] or not b.shape[-1]:
+        return
+    sums = numpy.abs(a[..., :, None] + b[..., None, :])
+    real = numpy.finfo(numpy.result_type(a, b, numpy.float32)).eps
+    bound = 100 * real * max(a.shape[-1], b.shape[-1]) * numpy.asarray(scale)[..., None, None]
+    bad = sums <= bound
+    if not bad.any():
+        return
+    index = numpy.argwhere(bad)[0]
+    *batch, i, j = (int(k) for k in index)
+    ai, bj = a[(*batch, i)], b[(*batch, j)]
+    where = tuple(batch) if batch else where
+    from .checks import SingularMatrixError
+
+    raise SingularMatrixError(
+        f"the Sylvester equation A X + X B = C has no unique solution{f' (batch index {where})' if where else ''}: "
+        f"the eigenvalue a_{i} = {_number(ai)} of A is, to rounding, the negative of the eigenvalue "
+        f"b_{j} = {_number(bj)} of B (|a_{i} + b_{j}| = {float(sums[tuple(index)]):.2e})")
+
+
+def _number(z) -> str:
+    z = complex(z)
+    return f"{z.real:.6g}" if z.imag == 0 else f"{z.real:.6g}{z.imag:+.6g}j"
+
+
+def _schur_eigenvalues(T):
+    """The eigenvalues of a (quasi-)triangular Schur factor: its diagonal, and the pairs of its
+    ``2 x 2`` blocks (a real Schur form)."""
+    n = T.shape[-1]
+    w = T.diagonal().astype(numpy.result_type(T, numpy.complex64))
+    if numpy.iscomplexobj(T) or n < 2:
+        return w
+    i = 0
+    while i < n - 1:
+        if T[i + 1, i] != 0:
+            w[i:i + 2] = numpy.linalg.eigvals(T[i:i + 2, i:i + 2])
+            i += 2
+        else:
+            i += 1
+    return w
+
+
+def bartels_stewart(a, b, c, where=None):
+    """``X`` with ``a X + X b = c`` for one pair of general square host (NumPy) matrices
+    (Bartels-Stewart): the Schur forms ``a = Q S Q^H``, ``b = R T R^H``, LAPACK's triangular solve
+    ``S Y + Y T = Q^H c R`` (``trsyl``), ``X = Q Y R^H``.  ``b`` equal to ``a`` or to ``a^H`` (the
+    square root's and the Lyapunov equation's) takes one Schur form, not two.  Real data stays real
+    (quasi-triangular Schur forms).
+
+    Raises:
+        SingularMatrixError: an eigenvalue of ``a`` and one of ``b`` add up to zero to rounding
+            (both named; ``trsyl`` would perturb them silently).
+    """
+    import scipy.linalg
+
+    dtype = numpy.result_type(a, b, c, numpy.float32)
+    a, b, c = (numpy.asarray(x, dtype=dtype) for x in (a, b, c))
+    n, m = a.shape[-1], b.shape[-1]
+    if not n or not m:
+        return numpy.zeros((n, m), dtype=dtype)
+    kind = "complex" if numpy.iscomplexobj(a) else "real"
+    S, Q = scipy.linalg.schur(a, output=kind)
+    if b is a or (n == m and numpy.array_equal(b, a)):
+        T, R, op = S, Q, "N"
+    elif n == m and numpy.array_equal(b, a.conj().T):
+        T, R, op = S, Q, "C" if kind == "complex" else "T"  # b = Q S^H Q^H
+    else:
+        (T, R), op = scipy.linalg.schur(b, output=kind), "N"
+    wa = _schur_eigenvalues(S)
+    wb = _schur_eigenvalues(T) if op == "N" else _schur_eigenvalues(T).conj()
+    check_sums(wa, wb, numpy.abs(a).max() + numpy.abs(b).max(), where)
+    trsyl, = scipy.linalg.get_lapack_funcs(("trsyl",), (S, T, c))
+    F = Q.conj().T @ c @ R
+    Y, scale, info = trsyl(S, T, F, tranb=op)
+    if info < 0:  # pragma: no cover - an argument error of ours
+        raise ValueError(f"trsyl: illegal value in argument {-info}")
+    return (Q @ Y @ R.conj().T) / scale
 
 
 def check_principal_branch(a, what: str = "square root") -> None:
