@@ -147,6 +147,9 @@ class ForwardSpec:
     line: int | None
     #: (input name, factorization kind) the torch forward also returns, for the rules to reuse
     saves: tuple[tuple[str, str], ...] = ()
+    #: ``numpy`` is a host function (``forward(host=...)``): one NumPy function per matrix, which
+    #: :mod:`adjointgen.runtime.host` adapts to every backend (``torch`` is then ``None``)
+    host: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -481,7 +484,7 @@ class Derivation:
         if name in taken:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol {name!r} is declared twice")
 
-    def forward(self, *, torch=None, numpy=None, options=None, checked=(), saves=None,
+    def forward(self, *, torch=None, numpy=None, host=None, options=None, checked=(), saves=None,
                 label="the forward computation"):
         """Declare the forward computation: what computes the outputs from the inputs.
 
@@ -494,6 +497,14 @@ class Derivation:
                 ``cupy.linalg.inv``).  The audit runs it on every instance and checks that its
                 outputs satisfy every identity of the derivation (a wrong output order or
                 convention fails there, at this line).
+            host: instead of both: one NumPy function on the host, declared once for every backend
+                (``"scipy.linalg:schur"``).  It takes one matrix (a 2-D array) per input and the
+                options as keywords, and returns the outputs as ``numpy=`` does;
+                :mod:`adjointgen.runtime.host` runs it on every matrix of a batch, for torch
+                (any device: a host round trip, opaque to ``torch.compile``), NumPy, CuPy and JAX
+                (``jax.pure_callback`` under ``jit`` and ``vmap``), in the inputs' precision.  It
+                must accept identity matrices (the output shapes and dtypes are read from such a
+                call where no values exist: an empty batch, meta tensors, JAX tracing).
             options: keyword options passed to both forwards, ``{name: default}``; they become
                 keyword arguments of the generated public function (``{"atol": None}``).
             checked: input properties the forward verifies itself, raising ``ValueError``, so the
@@ -512,10 +523,19 @@ class Derivation:
         line = self._line()
         where = f"{self.path}:{line or '?'}"
         refs = {}
-        for backend, value in (("torch", torch), ("numpy", numpy)):
-            refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
-        if torch is None and numpy is None:
-            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both)")
+        if host is not None:
+            if torch is not None or numpy is not None or saves:
+                raise DerivationError(f"{where}: forward(host=...) is the forward of every backend: no torch=, "
+                                      "numpy= or saves= beside it")
+            ref = ForwardRef.parse(host, "host", where)
+            if ref.xp:
+                raise DerivationError(f"{where}: the host forward {host!r} must be an importable name")
+            refs = {"torch": None, "numpy": ref}
+        else:
+            for backend, value in (("torch", torch), ("numpy", numpy)):
+                refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
+        if torch is None and numpy is None and host is None:
+            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both), or host=")
         opts = tuple((k, v) for k, v in (options or {}).items())
         for k, v in opts:
             if not k.isidentifier() or k in {s.name for s in self.inputs}:
@@ -530,10 +550,12 @@ class Derivation:
         for name, kind in saved:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
-        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
+        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved,
+                                        host=host is not None)
         check = _forward_check(self) if refs["numpy"] is not None else None
         self._record("forward", label, None, check=check,
-                     note="the outputs of the declared NumPy forward satisfy every identity"
+                     note=("the outputs of the declared host forward satisfy every identity" if host is not None
+                           else "the outputs of the declared NumPy forward satisfy every identity")
                      if check else "no NumPy forward declared: the torch forward is checked when code is generated")
 
     @property

@@ -258,11 +258,13 @@ class RuleIR:
 @dataclass(frozen=True)
 class ForwardIR:
     """A forward function as generated code imports it: ``from module import attr``; ``xp`` set:
-    ``attr`` is a dotted path on the array module of the inputs."""
+    ``attr`` is a dotted path on the array module of the inputs; ``host`` set: a NumPy function on
+    the host, bound by :mod:`adjointgen.runtime.host` (``_host.torch_forward("module:attr")``)."""
 
     module: str
     attr: str
     xp: bool = False
+    host: bool = False
 
 
 @dataclass(frozen=True)
