@@ -35,7 +35,7 @@ from sympy.matrices.expressions import (
 from . import algebra
 from .algebra import DerivationError, expand, normalize
 from .spec import OperationSpec, Source, freeze
-from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, OperatorSolve, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, OperatorSolve, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve, TriangularSylvesterSolve
 
 
 @dataclass(frozen=True)
@@ -1561,6 +1561,42 @@ class Derivation:
         how = "in the eigenbases of" if hermitian else "by Bartels-Stewart (Schur forms of"
         self._record("solve_sylvester", label, new, check=_equation_check(new),
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
+        return new
+
+    def solve_strictly_lower(self, eq: Equation, X: MatrixSymbol, T: MatrixSymbol, label=None) -> Equation:
+        """Solve ``c tril₋(T X - X T) + R = 0`` for ``tril₋(X)``, with ``X`` skew (anti-Hermitian) and
+        ``T`` upper triangular: ``tril₋(X) = Syl₋[T](R/c)``, the strictly lower solution of
+        ``tril₋(L T - T L) = R/c`` (:class:`~adjointgen.calculus.nodes.TriangularSylvesterSolve`).
+        For such ``X`` and ``T`` the strictly lower part of ``X T - T X`` depends on ``tril₋(X)``
+        alone: ``X = L - L^H + diag(X)``, and ``L^H T``, ``T L^H``, ``diag(X) T`` and ``T diag(X)``
+        are upper triangular.  The Schur decomposition's ``Z^H dZ`` (``A = Z T Z^H``) is found so;
+        the solution is unique where the diagonal entries of ``T`` (the eigenvalues) are distinct.
+
+        Records: a ``solve_triangular_sylvester`` step.  Numeric check: the residual of the
+        solution, the solve evaluated densely (the map on the strictly lower entries as a matrix)
+        on every instance.  Symbolic check: for explicit skew ``X`` and upper triangular ``T``, the
+        new residual is ``-Syl₋[T](r)/c`` of the old one ``r`` (the solve evaluated entry by entry).
+        """
+        label = label or f"solve for tril₋({X.name}) (T upper triangular, {X.name} skew)"
+        if X.name not in self.structure.skew:
+            self._fail(label, f"{X.name} must be a skew-symmetric (anti-Hermitian) symbol")
+        if not isinstance(T, MatrixSymbol) or T.name not in self.structure.upper:
+            self._fail(label, f"{T} must be a symbol declared upper triangular")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        tx = [(c, fs) for c, fs in res if fs == (StrictlyLower(T * X),)]
+        xt = [(c, fs) for c, fs in res if fs == (StrictlyLower(X * T),)]
+        if len(tx) != 1 or len(xt) != 1 or tx[0][0] != -xt[0][0]:
+            self._fail(label, f"no terms c (tril₋({T.name} {X.name}) - tril₋({X.name} {T.name})) in {eq}")
+        c = tx[0][0]
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) not in (tx[0], xt[0])]
+        if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{X.name} appears outside tril₋({T.name} {X.name} - {X.name} {T.name}) in {eq}")
+        R = algebra.build(rest, X.shape)
+        new = Equation(StrictlyLower(X), self._norm(TriangularSylvesterSolve(MatMul(1 / c, R), T, True)))
+        expected = MatMul(-1 / c, TriangularSylvesterSolve(eq.residual_expr, T, True))
+        self._record("solve_triangular_sylvester", label, new, check=_equation_check(new),
+                     symbolic=_follows(expected, new),
+                     note=f"tril₋(L {T.name} - {T.name} L) = C solved for the strictly lower L = tril₋({X.name})")
         return new
 
     def invert_operator(self, eq: Equation, X: MatrixSymbol, label=None) -> Equation:

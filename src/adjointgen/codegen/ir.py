@@ -57,6 +57,7 @@ OPS = {
     "matrix_exp": "exp(a) of a general square matrix",
     "expm_frechet": "L_exp[a](b), the Fréchet derivative of exp at a along b (runtime, block exponential)",
     "expm_frechet_solve": "L_exp[a]^-1(b), the inverse Fréchet map of exp (runtime solver)",
+    "triangular_sylvester_solve": "the strictly lower X with tril₋(X a - a X) = tril₋(b), a triangular (runtime solver)",
 }
 
 

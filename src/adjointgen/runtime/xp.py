@@ -632,3 +632,97 @@ def logm_general(A):
             log = scipy.linalg.logm(a[idx])
             out[idx] = log.real if not numpy.iscomplexobj(out) else log
     return xp.asarray(out)
+
+
+def check_triangular_spectrum(xp, T, upper: bool) -> None:
+    """The conditions of :func:`triangular_sylvester_solve` on concrete values: ``T`` triangular on the
+    ``upper`` side (else a ``ValueError`` naming an entry on the other side: a ``2 x 2`` block of a
+    real Schur form, for a pair of complex eigenvalues, is not triangular), and distinct diagonal
+    entries (else a :class:`~adjointgen.runtime.checks.SingularMatrixError` naming the equal pair:
+    a repeated eigenvalue, defective or not, where the solution is not unique).  Diagonal entries
+    closer than ``sqrt(eps)`` relative to the largest are equal (the split of a defective
+    eigenvalue by rounding is of that order)."""
+    t = numpy.asarray(T.get() if is_cupy(xp) else T)
+    n = t.shape[-1]
+    if n < 2 or not t.size:
+        return
+    other = numpy.tril(t, -1) if upper else numpy.triu(t, 1)
+    if numpy.any(other != 0):
+        index = numpy.argwhere(other != 0)[0]
+        *batch, i, j = (int(k) for k in index)
+        where = f" (batch index {tuple(batch)})" if batch else ""
+        raise ValueError(f"the triangular Sylvester solve needs {'an upper' if upper else 'a lower'} triangular T{where}: "
+                         f"T[{i}, {j}] = {_number(t[tuple(index)])} is not zero -- a 2 x 2 block of a real Schur form "
+                         "(a pair of complex eigenvalues) has no derived rule; the complex Schur form has one")
+    w = numpy.diagonal(t, axis1=-2, axis2=-1)
+    eps = numpy.finfo(numpy.result_type(w.real.dtype, numpy.float32)).eps
+    scale = numpy.abs(w).max(-1, initial=0)[..., None, None]
+    gaps = numpy.where(numpy.eye(n, dtype=bool), numpy.inf, numpy.abs(w[..., :, None] - w[..., None, :]))
+    bad = gaps <= numpy.sqrt(eps) * numpy.maximum(scale, numpy.finfo(eps.dtype).tiny)
+    if bad.any():
+        *batch, i, j = (int(k) for k in numpy.argwhere(bad)[0])
+        where = f" (batch index {tuple(batch)})" if batch else ""
+        from .checks import SingularMatrixError
+
+        raise SingularMatrixError(
+            f"the triangular Sylvester solve has no unique solution{where}: the diagonal entries T[{i}, {i}] = "
+            f"{_number(w[(*batch, i)])} and T[{j}, {j}] = {_number(w[(*batch, j)])} of T are equal to rounding (a "
+            "repeated eigenvalue: the Schur vectors have no derivative there)")
+
+
+def triangular_sylvester_solve(xp, T, C, upper: bool = True):
+    """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)`` for triangular ``T`` (batched,
+    broadcasting), by triangular solves: for upper ``T`` column by column,
+    ``(T_jj I - T[j+1:, j+1:]) x_j = C[j+1:, j] - X[j+1:, :j] T[:j, j]``; for lower ``T`` row by row,
+    ``x_i (T[:i, :i] - T_ii I) = C[i, :i] + T[i, :i] X[:i, :i]``.  Functional (no in-place update), so
+    ``jax.numpy`` traces, batches and differentiates it; NumPy and CuPy too.  Where the values are
+    concrete, :func:`check_triangular_spectrum` first."""
+    if _is_jax(xp):
+        import jax
+
+        concrete = not any(isinstance(x, jax.core.Tracer) for x in (T, C))
+    else:
+        concrete = True
+    batch = tuple(numpy.broadcast_shapes(T.shape[:-2], C.shape[:-2]))
+    dtype = xp.result_type(T.dtype, C.dtype)
+    T = xp.broadcast_to(xp.asarray(T, dtype=dtype), batch + tuple(T.shape[-2:]))
+    C = xp.broadcast_to(xp.asarray(C, dtype=dtype), batch + tuple(C.shape[-2:]))
+    if concrete:
+        check_triangular_spectrum(xp, T, upper)
+    n = T.shape[-1]
+    if n < 2:
+        return xp.zeros(batch + (n, n), dtype=dtype)
+    eye = xp.eye(n, dtype=dtype)
+    parts = []
+    if upper:  # columns, each with zeros above the diagonal
+        for j in range(n - 1):
+            rhs = C[..., j + 1:, j]
+            if j:
+                done = xp.stack(parts, axis=-1)[..., j + 1:, :]
+                rhs = rhs - xp.matmul(done, T[..., :j, j][..., None])[..., 0]
+            M = T[..., j:j + 1, j:j + 1] * eye[j + 1:, j + 1:] - T[..., j + 1:, j + 1:]
+            x = _solve_triangular_vector(xp, M, rhs, upper=True)
+            parts.append(xp.concatenate([xp.zeros(batch + (j + 1,), dtype=dtype), x], axis=-1))
+        parts.append(xp.zeros(batch + (n,), dtype=dtype))
+        return xp.stack(parts, axis=-1)
+    parts.append(xp.zeros(batch + (n,), dtype=dtype))  # rows, each with zeros right of the diagonal
+    for i in range(1, n):
+        done = xp.stack(parts, axis=-2)[..., :i, :i]
+        rhs = C[..., i, :i] + xp.matmul(T[..., i:i + 1, :i], done)[..., 0, :]
+        M = xp.swapaxes(T[..., :i, :i] - T[..., i:i + 1, i:i + 1] * eye[:i, :i], -1, -2)  # x M = r: M^T x = r
+        x = _solve_triangular_vector(xp, M, rhs, upper=True)
+        parts.append(xp.concatenate([x, xp.zeros(batch + (n - i,), dtype=dtype)], axis=-1))
+    return xp.stack(parts, axis=-2)
+
+
+def _is_jax(xp) -> bool:
+    return getattr(xp, "__name__", "").startswith("jax")
+
+
+def _solve_triangular_vector(xp, M, b, upper: bool):
+    """``M^-1 b`` for triangular ``M`` (``(..., m, m)``) and vectors ``b`` (``(..., m)``)."""
+    if _is_jax(xp):
+        import jax.scipy.linalg
+
+        return jax.scipy.linalg.solve_triangular(M, b[..., None], lower=not upper)[..., 0]
+    return solve_triangular(xp, M, b[..., None], lower=not upper)[..., 0]
