@@ -87,7 +87,9 @@ def jvp(rules: Rules, env: dict) -> tuple:
     if rules.complex_only:
         _independent(rules, env)
         return rules.jvp(_as_complex(env, rules.jvp))
-    return (rules.jvp_complex if _is_complex(rules, env) else rules.jvp)(env)
+    if _is_complex(rules, env):  # complex outputs of real data: the real tangents too, in the complex dtype
+        return rules.jvp_complex(_as_complex(env, rules.jvp_complex))
+    return rules.jvp(env)
 
 
 def vjp(rules: Rules, env: dict) -> tuple:

@@ -653,7 +653,7 @@ def check_triangular_spectrum(xp, T, upper: bool) -> None:
         where = f" (batch index {tuple(batch)})" if batch else ""
         raise ValueError(f"the triangular Sylvester solve needs {'an upper' if upper else 'a lower'} triangular T{where}: "
                          f"T[{i}, {j}] = {_number(t[tuple(index)])} is not zero -- a 2 x 2 block of a real Schur form "
-                         "(a pair of complex eigenvalues) has no derived rule; the complex Schur form has one")
+                         "(a pair of complex eigenvalues) has no derived rule; the complex Schur form (output='complex') has one")
     w = numpy.diagonal(t, axis1=-2, axis2=-1)
     eps = numpy.finfo(numpy.result_type(w.real.dtype, numpy.float32)).eps
     scale = numpy.abs(w).max(-1, initial=0)[..., None, None]
