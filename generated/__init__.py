@@ -2,4 +2,4 @@
 # sources: templates/package/__init__.py.j2
 # sha256 of sources: 13b0a63d866d8043ddaf300927d7ded2b139ba524b994df9eec7a76cccd2a2c2
 # edit the sources and run `adjointgen generate`.
-"""Generated torch and cupy and jax rules, one module per operation: cholesky, det, eig, eigh, eigh_generalized, eigsh, eigsh_generalized, funm, inv, logm_general, lstsq, lu, matrix_exp, pinv, qr, qr_complement, slogdet, solve, solve_triangular, sqrtm_general, svd, svd_complement, svds."""
+"""Generated torch and cupy and jax rules, one module per operation: cholesky, det, eig, eigh, eigh_generalized, eigsh, eigsh_generalized, funm, inv, logm_general, lstsq, lu, matrix_exp, pinv, polar, qr, qr_complement, schur, signm, slogdet, solve, solve_continuous_lyapunov, solve_sylvester, solve_triangular, sqrtm_general, svd, svd_complement, svds."""

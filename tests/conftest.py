@@ -1,5 +1,4 @@
 import os
-import shutil
 
 if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
     # the workers share the cores: one BLAS/OpenMP thread each (set before NumPy and torch load)
@@ -31,5 +30,3 @@ def rng():
     return np.random.default_rng(1234)
 
 
-def nvcc_path():
-    return shutil.which("nvcc") or (os.path.exists("/usr/local/cuda/bin/nvcc") and "/usr/local/cuda/bin/nvcc") or None

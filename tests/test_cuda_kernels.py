@@ -11,7 +11,7 @@ import sympy as sp
 
 from adjointgen.calculus.nodes import DI, DJ
 from adjointgen.codegen import generate as gen
-from conftest import nvcc_path
+from toolchain import nvcc_path
 
 ROOT = gen.find_root(__file__)
 CU_FILES = sorted((ROOT / "generated" / "cuda").glob("*.cu"))

@@ -361,3 +361,34 @@ def test_a_term_joins_a_shared_right_solve_when_its_product_is_computed_anyway(r
     np.testing.assert_allclose(evaluate(code, values, DIMS), evaluate(expr, values, DIMS), rtol=1e-12, atol=1e-12)
     alone = Q * gR + Q * StrictlyLower(A * Transpose(gQ)) * Inverse(Transpose(R)) + gQ * Inverse(Transpose(R))
     assert _count(algebra.simplify_for_codegen(alone, st), Inverse) == 2  # gR R^T would be a new product
+
+
+def _solves(expr):
+    from adjointgen.calculus.nodes import OperatorSolve
+
+    return {a for a in sp.preorder_traversal(expr) if isinstance(a, OperatorSolve)}
+
+
+def test_solves_of_one_operator_up_to_sign_and_transposition_are_one_solve(rng):
+    """The Lyapunov VJP's ``-S(gX) X^T - S(gX^T) X`` with ``S = Syl[A^T, A]``, an operator that is its
+    own transpose (``S(Y)^T = S(Y^T)``): one solve, ``S(gX)``, and its transpose.  A sign is shared
+    too (``S(-Y) = -S(Y)``), for any operator; a general Sylvester operator is not its own
+    transpose, so its solves on ``Y`` and ``Y^T`` stay two.  The values are unchanged."""
+    from adjointgen.calculus.nodes import SylvesterSolve
+
+    st = Structure()
+    S = lambda Y: SylvesterSolve(Y, Transpose(A), A, False)
+    lyapunov = -S(G) * Transpose(X) - S(Transpose(G)) * X
+    code = algebra.simplify_for_codegen(lyapunov, st)
+    assert _solves(code) == {S(G)}
+    general = lambda Y: SylvesterSolve(Y, A, B, False)
+    # two outputs of one rule (the polar JVP's dU and dP): one solve, the second its negative
+    first, second = general(G * X - Transpose(X) * G) * U, general(Transpose(X) * G - G * X) * B
+    shared = algebra.simplify_for_codegen(first, st), algebra.simplify_for_codegen(second, st)
+    assert len(_solves(shared[0]) | _solves(shared[1])) == 1
+    assert len(_solves(algebra.simplify_for_codegen(general(G) * X + general(Transpose(G)) * U, st))) == 2
+    values = {s: rng.standard_normal((4, 4)) for s in ("G", "X", "U", "B")}
+    values["A"] = rng.standard_normal((4, 4)) + 4 * np.eye(4)
+    for expr in (lyapunov, first, second):
+        np.testing.assert_allclose(evaluate(algebra.simplify_for_codegen(expr, st), values, DIMS),
+                                   evaluate(expr, values, DIMS), rtol=1e-12, atol=1e-12)

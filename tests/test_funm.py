@@ -13,7 +13,7 @@ import adjointgen.torch as agt
 from adjointgen.codegen import generate as gen
 from adjointgen.generated.cupy import funm as cfunm
 from adjointgen.generated.torch import funm as tfunm
-from conftest import nvcc_path
+from toolchain import nvcc_path
 
 mp.mp.dps = 50
 x = sp.Symbol("x", real=True)

@@ -19,7 +19,7 @@ from adjointgen.codegen.printers import program_cuda_dd
 from adjointgen.codegen.scalar import compile_cached, compile_function
 from adjointgen.runtime import divided
 from adjointgen.runtime.divided import AccuracyWarning, ScalarProgram
-from conftest import nvcc_path
+from toolchain import nvcc_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import sweep_funm  # noqa: E402

@@ -261,11 +261,15 @@ ROUTES: dict[str, dict[str, Route]] = {
     },
     "pinv": {
         "lu": Route(agt.pinv, torch.linalg.pinv, lambda: (randn(4, 4, seed=36) + 4 * torch.eye(4, dtype=D),),
-                    {("pinv", "lu")}),
+                    {("pinv", "lu"), ("pinv", "rules")}),
         "cholesky": Route(lambda A: agt.pinv(A, hermitian=True), lambda A: torch.linalg.pinv(A, hermitian=True),
-                          lambda: (spd(4, 37),), {("pinv", "cholesky")},
+                          lambda: (spd(4, 37),), {("pinv", "cholesky"), ("pinv", "rules")},
                           tangents=lambda args: [sym(4, 50)]),
-        "gram": Route(agt.pinv, torch.linalg.pinv, lambda: (randn(6, 3, seed=38),), {("pinv", "cholesky")}),
+        # the rules with their products ordered for a tall or a wide input (Derivation.either_orientation)
+        "gram": Route(agt.pinv, torch.linalg.pinv, lambda: (randn(6, 3, seed=38),),
+                      {("pinv", "cholesky"), ("pinv", "rules_shorter_n_m")}),
+        "gram wide": Route(agt.pinv, torch.linalg.pinv, lambda: (randn(3, 6, seed=41),),
+                           {("pinv", "cholesky"), ("pinv", "rules_shorter_m_n")}),
         "svd": Route(agt.pinv, torch.linalg.pinv, lambda: (rank_deficient(5, 4, 2, seed=39),), {("pinv", "svd")}),
         "eigh": Route(lambda A: agt.pinv(A, hermitian=True), lambda A: torch.linalg.pinv(A, hermitian=True),
                       lambda: ((lambda X: X @ X.mT)(randn(4, 2, seed=40)),), {("pinv", "eigh")},

@@ -688,6 +688,23 @@ class _Exact:
             out[:, i] = (cache[key] @ rhs)[:n, 0]
         return out
 
+    @staticmethod
+    def triangular_sylvester_solve(T, C, upper):
+        """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)``, entry by entry (upper ``T``:
+        from the corner inwards, column by column; lower: from the diagonal outwards), each a
+        division by ``T_jj - T_ii``; the entries not yet solved meet only the zeros of ``T``."""
+        n = T.shape[0]
+        X = zeros(n, n)
+        order = [(i, j) for j in range(n) for i in range(n - 1, j, -1)] if upper else \
+            [(i, j) for i in range(n) for j in range(i - 1, -1, -1)]
+        for i, j in order:
+            rest = Ex.of(0)
+            for k in range(n):
+                if k != i and k != j:
+                    rest = rest + X[i, k] * T[k, j] - T[i, k] * X[k, j]
+            X[i, j] = (C[i, j] - rest) / (T[j, j] - T[i, i])
+        return X
+
     @classmethod
     def sylvester_solve(cls, A, B, C):
         """``X`` with ``A X + X B = C``, from the characteristic polynomial ``q`` of ``-B``

@@ -960,7 +960,8 @@ def _pair_transposes(terms: list[Term], structure: Structure) -> list[Term]:
 
 
 def simplify_for_codegen(expr, structure: Structure):
-    """Merge solves, factor shared outer factors, move projections inward, factor again."""
+    """Merge solves, factor shared outer factors, move projections inward, factor again; then give
+    every solve its canonical argument (:func:`share_solves`)."""
     current = factor_common(merge_hadamard(merge_solves(expand(expr, structure), structure), structure), expr.shape, structure)
     for _ in range(8):
         nxt = push_projection_inward(current, structure)
@@ -968,7 +969,64 @@ def simplify_for_codegen(expr, structure: Structure):
         if _key(nxt) == _key(current):
             break
         current = nxt
-    return factor_common(merge_hadamard(merge_solves(expand(current, structure), structure), structure), expr.shape, structure)
+    return share_solves(factor_common(merge_hadamard(merge_solves(expand(current, structure), structure), structure),
+                                      expr.shape, structure), structure)
+
+
+def _self_transposed(node: OperatorSolve, structure: Structure) -> bool:
+    """Whether the operator of ``node`` is its own transpose: ``S(X)^T = S(X^T)`` (the node's
+    transpose rule gives the same operator: ``Syl[A, B]`` with ``B = A^T``, the Lyapunov operator
+    and ``Syl[P, P]`` of a symmetric ``P``; ``L_exp[A]`` of a symmetric ``A``)."""
+    try:
+        (c, fs), = node.transpose_rule(ALGEBRA, structure)
+    except ValueError:
+        return False
+    if c != 1 or len(fs) != 1 or type(fs[0]) is not type(node):
+        return False
+    mine = tuple(normalize(a, structure) if isinstance(a, sp.MatrixExpr) else a for a in node.operator)
+    theirs = tuple(normalize(a, structure) if isinstance(a, sp.MatrixExpr) else a for a in fs[0].operator)
+    return mine == theirs
+
+
+def share_solves(expr, structure: Structure):
+    """Every operator solve ``S(C)`` in its canonical form, so that solves of one operator whose
+    arguments differ only by sign, or (an operator that is its own transpose) by transposition,
+    become one solve the lowering shares: of ``S(C)``, ``-S(-C)``, ``S(C^T)^T`` and
+    ``-S(-C^T)^T`` (all equal, ``S`` linear) the one whose argument leads with a positive
+    coefficient and has the least normal form.  The Lyapunov VJP's ``Syl[A^H, A](gX)`` and
+    ``Syl[A^H, A](gX^H)`` become one solve and its transpose, the polar JVP's
+    ``Syl[P, P](U^H dA - dA^H U)`` and ``Syl[P, P](dA^H U - U^H dA)`` one solve and its negative."""
+    if isinstance(expr, OperatorSolve):
+        inner = share_solves(expr.arg, structure)
+        options = [(expand(inner, structure), False)]
+        if _self_transposed(expr, structure):
+            options.append((expand(Transpose(inner), structure), True))
+        best = None
+        for terms, transposed in options:
+            if not terms:
+                return ZeroMatrix(*expr.shape)
+            negative = terms[0][0].could_extract_minus_sign()
+            terms = [(-c, fs) for c, fs in terms] if negative else terms
+            key = (_key(build(terms, expr.arg.shape)), transposed)
+            if best is None or key < best[0]:
+                best = (key, terms, transposed, negative)
+        _, terms, transposed, negative = best
+        node = expr.with_arg(factor_common(terms, expr.arg.shape, structure))
+        node = Transpose(node) if transposed else node
+        return MatMul(-1, node) if negative else node
+    if isinstance(expr, MatAdd):
+        return MatAdd(*[share_solves(a, structure) for a in expr.args])
+    if isinstance(expr, MatMul):
+        c, mats = expr.as_coeff_matrices()
+        mats = [share_solves(m, structure) for m in mats]
+        return MatMul(c, *mats) if c != 1 else (MatMul(*mats) if len(mats) > 1 else mats[0])
+    if isinstance(expr, Transpose):
+        return Transpose(share_solves(expr.arg, structure))
+    if isinstance(expr, LINEAR_NODES):
+        return type(expr)(share_solves(expr.arg, structure))
+    if isinstance(expr, HadamardProduct):
+        return HadamardProduct(*[share_solves(a, structure) for a in expr.args])
+    return expr
 
 
 def _drop_zero(expr):

@@ -35,7 +35,7 @@ from sympy.matrices.expressions import (
 from . import algebra
 from .algebra import DerivationError, expand, normalize
 from .spec import OperationSpec, Source, freeze
-from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, OperatorSolve, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve
+from .nodes import DI, DJ, DiagFunction, DiagPart, LowerHalf, OperatorSolve, PairwiseDef, PairwiseMatrix, SameCluster, ShiftedSolve, StrictlyLower, Structure, Sym, SylvesterSolve, TriangularSylvesterSolve
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,9 @@ class ForwardSpec:
     line: int | None
     #: (input name, factorization kind) the torch forward also returns, for the rules to reuse
     saves: tuple[tuple[str, str], ...] = ()
+    #: ``numpy`` is a host function (``forward(host=...)``): one NumPy function per matrix, which
+    #: :mod:`adjointgen.runtime.host` adapts to every backend (``torch`` is then ``None``)
+    host: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -509,7 +512,7 @@ class Derivation:
         if name in taken:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol {name!r} is declared twice")
 
-    def forward(self, *, torch=None, numpy=None, options=None, checked=(), saves=None,
+    def forward(self, *, torch=None, numpy=None, host=None, options=None, checked=(), saves=None,
                 label="the forward computation"):
         """Declare the forward computation: what computes the outputs from the inputs.
 
@@ -522,6 +525,14 @@ class Derivation:
                 ``cupy.linalg.inv``).  The audit runs it on every instance and checks that its
                 outputs satisfy every identity of the derivation (a wrong output order or
                 convention fails there, at this line).
+            host: instead of both: one NumPy function on the host, declared once for every backend
+                (``"scipy.linalg:schur"``).  It takes one matrix (a 2-D array) per input and the
+                options as keywords, and returns the outputs as ``numpy=`` does;
+                :mod:`adjointgen.runtime.host` runs it on every matrix of a batch, for torch
+                (any device: a host round trip, opaque to ``torch.compile``), NumPy, CuPy and JAX
+                (``jax.pure_callback`` under ``jit`` and ``vmap``), in the inputs' precision.  It
+                must accept identity matrices (the output shapes and dtypes are read from such a
+                call where no values exist: an empty batch, meta tensors, JAX tracing).
             options: keyword options passed to both forwards, ``{name: default}``; they become
                 keyword arguments of the generated public function (``{"atol": None}``).
             checked: input properties the forward verifies itself, raising ``ValueError``, so the
@@ -540,10 +551,19 @@ class Derivation:
         line = self._line()
         where = f"{self.path}:{line or '?'}"
         refs = {}
-        for backend, value in (("torch", torch), ("numpy", numpy)):
-            refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
-        if torch is None and numpy is None:
-            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both)")
+        if host is not None:
+            if torch is not None or numpy is not None or saves:
+                raise DerivationError(f"{where}: forward(host=...) is the forward of every backend: no torch=, "
+                                      "numpy= or saves= beside it")
+            ref = ForwardRef.parse(host, "host", where)
+            if ref.xp:
+                raise DerivationError(f"{where}: the host forward {host!r} must be an importable name")
+            refs = {"torch": None, "numpy": ref}
+        else:
+            for backend, value in (("torch", torch), ("numpy", numpy)):
+                refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
+        if torch is None and numpy is None and host is None:
+            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both), or host=")
         opts = tuple((k, v) for k, v in (options or {}).items())
         for k, v in opts:
             if not k.isidentifier() or k in {s.name for s in self.inputs}:
@@ -558,10 +578,12 @@ class Derivation:
         for name, kind in saved:
             if name not in {s.name for s in self.inputs} or kind != "lu":
                 raise DerivationError(f"{where}: saves= maps an input to 'lu', got {name!r}: {kind!r}")
-        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved)
+        self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved,
+                                        host=host is not None)
         check = _forward_check(self)
         self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
-                     note="the outputs of the declared forwards (NumPy's, torch's) satisfy every identity")
+                     note=("the outputs of the declared host forward satisfy every identity" if host is not None
+                           else "the outputs of the declared forwards (NumPy's, torch's) satisfy every identity"))
 
     @property
     def gauge_parameters(self) -> list[MatrixSymbol]:
@@ -1654,6 +1676,42 @@ class Derivation:
         self._record("solve_sylvester", label, new, check=_equation_check(new),
                      symbolic=Replay("equal", (expected, new.residual_expr)),
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
+        return new
+
+    def solve_strictly_lower(self, eq: Equation, X: MatrixSymbol, T: MatrixSymbol, label=None) -> Equation:
+        """Solve ``c tril₋(T X - X T) + R = 0`` for ``tril₋(X)``, with ``X`` skew (anti-Hermitian) and
+        ``T`` upper triangular: ``tril₋(X) = Syl₋[T](R/c)``, the strictly lower solution of
+        ``tril₋(L T - T L) = R/c`` (:class:`~adjointgen.calculus.nodes.TriangularSylvesterSolve`).
+        For such ``X`` and ``T`` the strictly lower part of ``X T - T X`` depends on ``tril₋(X)``
+        alone: ``X = L - L^H + diag(X)``, and ``L^H T``, ``T L^H``, ``diag(X) T`` and ``T diag(X)``
+        are upper triangular.  The Schur decomposition's ``Z^H dZ`` (``A = Z T Z^H``) is found so;
+        the solution is unique where the diagonal entries of ``T`` (the eigenvalues) are distinct.
+
+        Records: a ``solve_triangular_sylvester`` step.  Numeric check: the residual of the
+        solution, the solve evaluated densely (the map on the strictly lower entries as a matrix)
+        on every instance.  Symbolic check: for explicit skew ``X`` and upper triangular ``T``, the
+        new residual is ``-Syl₋[T](r)/c`` of the old one ``r`` (the solve evaluated entry by entry).
+        """
+        label = label or f"solve for tril₋({X.name}) (T upper triangular, {X.name} skew)"
+        if X.name not in self.structure.skew:
+            self._fail(label, f"{X.name} must be a skew-symmetric (anti-Hermitian) symbol")
+        if not isinstance(T, MatrixSymbol) or T.name not in self.structure.upper:
+            self._fail(label, f"{T} must be a symbol declared upper triangular")
+        res = expand(eq.lhs - eq.rhs, self.structure)
+        tx = [(c, fs) for c, fs in res if fs == (StrictlyLower(T * X),)]
+        xt = [(c, fs) for c, fs in res if fs == (StrictlyLower(X * T),)]
+        if len(tx) != 1 or len(xt) != 1 or tx[0][0] != -xt[0][0]:
+            self._fail(label, f"no terms c (tril₋({T.name} {X.name}) - tril₋({X.name} {T.name})) in {eq}")
+        c = tx[0][0]
+        rest = [(cc, fs) for cc, fs in res if (cc, fs) not in (tx[0], xt[0])]
+        if any(X.name in algebra.free_names(f) for _, fs in rest for f in fs):
+            self._fail(label, f"{X.name} appears outside tril₋({T.name} {X.name} - {X.name} {T.name}) in {eq}")
+        R = algebra.build(rest, X.shape)
+        new = Equation(StrictlyLower(X), self._norm(TriangularSylvesterSolve(MatMul(1 / c, R), T, True)))
+        expected = MatMul(-1 / c, TriangularSylvesterSolve(eq.residual_expr, T, True))
+        self._record("solve_triangular_sylvester", label, new, check=_equation_check(new),
+                     symbolic=_follows(expected, new),
+                     note=f"tril₋(L {T.name} - {T.name} L) = C solved for the strictly lower L = tril₋({X.name})")
         return new
 
     def invert_operator(self, eq: Equation, X: MatrixSymbol, label=None) -> Equation:

@@ -146,6 +146,24 @@ class _Numpy:
         return out
 
     @staticmethod
+    def triangular_sylvester_solve(T, C, upper):
+        """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)``: the map on the strictly lower
+        entries as a dense matrix (column by column of the identity), solved densely -- independent
+        of the triangular recursions the generated code runs."""
+        n = T.shape[0]
+        rows, cols = np.tril_indices(n, -1)
+        complex_ = np.iscomplexobj(T) or np.iscomplexobj(C)
+        M = np.empty((rows.size, rows.size), dtype=complex if complex_ else float)
+        for k in range(rows.size):
+            E = np.zeros((n, n), dtype=M.dtype)
+            E[rows[k], cols[k]] = 1
+            M[:, k] = (E @ T - T @ E)[rows, cols]
+        X = np.zeros((n, n), dtype=M.dtype)
+        if rows.size:
+            X[rows, cols] = np.linalg.solve(M, np.asarray(C, dtype=M.dtype)[rows, cols])
+        return X
+
+    @staticmethod
     def sylvester_solve(A, B, C):
         """``X`` with ``A X + X B = C`` (Bartels-Stewart, SciPy); :class:`SingularSylvester` where an
         eigenvalue of ``A`` is (to rounding) the negative of one of ``B``: no unique solution."""
@@ -296,6 +314,22 @@ class _Sympy:
     @staticmethod
     def sylvester_solve(A, B, C):
         raise NotExplicit("the Sylvester solve has no explicit symbolic form")
+
+    @staticmethod
+    def triangular_sylvester_solve(T, C, upper):
+        """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)`` on explicit matrices: the
+        entries solved one by one (upper ``T``: from the corner inwards, column by column; lower:
+        from the diagonal outwards), each a division by ``T_jj - T_ii``; the entries not yet solved
+        meet only the zeros of the triangular ``T``."""
+        n = T.rows
+        X = sp.zeros(n, n)
+        order = [(i, j) for j in range(n) for i in range(n - 1, j, -1)] if upper else \
+            [(i, j) for i in range(n) for j in range(i - 1, -1, -1)]
+        for i, j in order:
+            rest = sum((X[i, k] * T[k, j] for k in range(n) if k != i and k != j), sp.Integer(0)) - \
+                sum((T[i, k] * X[k, j] for k in range(n) if k != i and k != j), sp.Integer(0))
+            X[i, j] = sp.cancel((C[i, j] - rest) / (T[j, j] - T[i, i]))
+        return X
 
     @staticmethod
     def pairwise(definition, d, free=False, pattern=False, functions=None):

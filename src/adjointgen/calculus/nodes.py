@@ -31,6 +31,7 @@ __all__ = [
     "OperatorSolve",
     "ShiftedSolve",
     "SylvesterSolve",
+    "TriangularSylvesterSolve",
     "DiagPart",
     "LowerHalf",
     "StrictlyLower",
@@ -373,6 +374,50 @@ class SylvesterSolve(OperatorSolve):
     def _sympystr(self, printer):
         A, B = self.operator[:2]
         return f"Syl[{printer._print(A)}, {printer._print(B)}]({printer._print(self.arg)})"
+
+
+class TriangularSylvesterSolve(OperatorSolve):
+    """``Syl₋[T](C)``: the strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)``, for a triangular
+    ``T`` (``upper``: upper triangular, else lower) with distinct diagonal entries.  Arguments
+    ``(C, T, upper)``.
+
+    The Schur decomposition ``A = Z T Z^H`` needs it: with the anti-Hermitian ``dC = Z^H dZ``, the
+    strictly lower part of ``Z^H dA Z = dC T - T dC + dT`` does not see ``dT`` (upper) nor the upper
+    part of ``dC``, and reads ``tril₋(L T - T L)`` with ``L = tril₋(dC)``: a triangular system
+    (column by column, ``(T_jj I - T_22) l_j = c_j - L_21 t_j``, for upper ``T``).  Linear in ``C``;
+    the map ``X -> tril₋(X T - T X)`` on strictly lower matrices has the adjoint
+    ``Y -> tril₋(Y T^H - T^H Y)``, so ``<G, Syl₋[T](C)> = <Syl₋[T^H](G), C>``, a system of the
+    same kind with the lower triangular ``T^H`` (row by row).  Generated code calls a runtime
+    solver made of triangular solves, differentiable to every order; it raises where two
+    diagonal entries of ``T`` (eigenvalues) are equal."""
+
+    def __new__(cls, C, T, upper=True):
+        return Basic.__new__(cls, sp.sympify(C), sp.sympify(T), sp.true if upper else sp.false)
+
+    @property
+    def upper(self) -> bool:
+        return bool(self.args[2])
+
+    def expand_rule(self, alg, structure):
+        """Distributes over sums and scalars; ``T`` in normal form, so that solves with one ``T``
+        merge."""
+        T = alg.normalize(self.operator[0], structure)
+        return alg.collect([(c, (TriangularSylvesterSolve(alg.monomial(sp.Integer(1), fs), T, self.upper),))
+                            for c, fs in alg.expand(self.arg, structure)])
+
+    def adjoint_rule(self, g):
+        """``<G, Syl₋[T](C)> = <Syl₋[T^H](G), C>`` (``T^H`` is triangular on the other side)."""
+        return self.arg, TriangularSylvesterSolve(g, Transpose(self.operator[0]), not self.upper)
+
+    def evaluate_rule(self, ev, arith, size, env):
+        return arith.triangular_sylvester_solve(ev(self.operator[0]), ev(self.arg), self.upper)
+
+    def lower_rule(self, b):
+        return b.emit("triangular_sylvester_solve", [b.lower(self.operator[0]), b.lower(self.arg)], "matrix",
+                      (("upper", str(self.upper)),))
+
+    def _sympystr(self, printer):
+        return f"Syl₋[{printer._print(self.operator[0])}]({printer._print(self.arg)})"
 
 
 class ShiftedSolve(OperatorSolve):

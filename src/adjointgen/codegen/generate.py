@@ -71,10 +71,12 @@ class Backend:
 BACKENDS = (
     Backend("torch", "torch/op.py.j2", "torch", "#", runtime=("adjointgen.runtime",),
             package_init="torch/__init__.py", verifier="torch", libraries=("torch",)),
-    Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided"),
+    Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided",
+                                                       "adjointgen.runtime.host"),
             package_init="cupy/__init__.py", verifier="array"),
     Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True),
-    Backend("jax", "jax/op.py.j2", "jax", "#", runtime=("adjointgen.runtime.jax", "adjointgen.runtime.rules"),
+    Backend("jax", "jax/op.py.j2", "jax", "#", runtime=("adjointgen.runtime.jax", "adjointgen.runtime.rules",
+                                                     "adjointgen.runtime.host"),
             package_init="jax/__init__.py", verifier="jax", libraries=("jax", "jaxlib")),
     Backend("report", "report/audit.md.j2", None, None),
 )

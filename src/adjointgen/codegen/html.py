@@ -61,6 +61,18 @@ class MathML(MathMLPresentationPrinter):
     def _print_StrictlyLower(self, e):
         return self._function("tril₋", e.arg)
 
+    def _print_TriangularSylvesterSolve(self, e):
+        """``Syl₋_T(C)``: the strictly lower solution of ``tril₋(X T - T X) = tril₋(C)``."""
+        row = self.dom.createElement("mrow")
+        sub = self.dom.createElement("msub")
+        mi = self.dom.createElement("mi")
+        mi.appendChild(self.dom.createTextNode("Syl₋"))
+        sub.appendChild(mi)
+        sub.appendChild(self._print(e.operator[0]))
+        row.appendChild(sub)
+        row.appendChild(self._function("", e.arg))
+        return row
+
     def _print_Trace(self, e):
         return self._function("tr", e.arg)
 
@@ -187,7 +199,7 @@ KINDS = {
     "substitute": "substitute", "define": "definition", "skew": "structure", "hadamard_split": "Hadamard split",
     "diagonal_part": "diagonal part", "part": "Hermitian part", "gauge": "gauge", "solve": "solve",
     "solve_offdiagonal": "solve off the diagonal", "solve_shifted": "projected shifted solve",
-    "solve_sylvester": "Sylvester solve",
+    "solve_sylvester": "Sylvester solve", "solve_triangular_sylvester": "triangular Sylvester solve",
     "solve_hadamard": "solve entrywise", "combine_pairwise": "combine pairwise factors", "subtract": "subtract",
     "second_order": "second-order rule", "adjoint": "self-adjoint projection",
     "isolate": "isolate", "add": "add", "same": "two routes meet", "jvp": "JVP", "rewrite": "rewrite for code",

@@ -57,6 +57,7 @@ OPS = {
     "matrix_exp": "exp(a) of a general square matrix",
     "expm_frechet": "L_exp[a](b), the Fréchet derivative of exp at a along b (runtime, block exponential)",
     "expm_frechet_solve": "L_exp[a]^-1(b), the inverse Fréchet map of exp (runtime solver)",
+    "triangular_sylvester_solve": "the strictly lower X with tril₋(X a - a X) = tril₋(b), a triangular (runtime solver)",
 }
 
 
@@ -262,11 +263,13 @@ class RuleIR:
 @dataclass(frozen=True)
 class ForwardIR:
     """A forward function as generated code imports it: ``from module import attr``; ``xp`` set:
-    ``attr`` is a dotted path on the array module of the inputs."""
+    ``attr`` is a dotted path on the array module of the inputs; ``host`` set: a NumPy function on
+    the host, bound by :mod:`adjointgen.runtime.host` (``_host.torch_forward("module:attr")``)."""
 
     module: str
     attr: str
     xp: bool = False
+    host: bool = False
 
 
 @dataclass(frozen=True)

@@ -952,7 +952,7 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
         return None
 
     def ref(r):
-        return None if r is None else ForwardIR(r.module, r.attr, r.xp)
+        return None if r is None else ForwardIR(r.module, r.attr, r.xp, host=spec.host)
 
     def dims_of(sym):
         return tuple(sp.sstr(x) for x in sym.shape)
@@ -989,7 +989,7 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
         else:
             outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s), *flags))
     return PublicIR(
-        torch_forward=ref(spec.torch),
+        torch_forward=ref(spec.numpy if spec.host else spec.torch),
         numpy_forward=ref(spec.numpy),
         options=tuple((k, repr(v)) for k, v in spec.options),
         inputs=tuple(inputs),

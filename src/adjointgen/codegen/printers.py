@@ -138,6 +138,7 @@ TORCH = ArrayPrinter(
         "matrix_exp": "_linalg.matrix_exp({0})",
         "expm_frechet": "_linalg.expm_frechet({0}, {1})",
         "expm_frechet_solve": "_linalg.expm_frechet_solve({0}, {1})",
+        "triangular_sylvester_solve": "_linalg.triangular_sylvester_solve({0}, {1}, upper={upper})",
     },
     # no in-place statements: a backward may run under vmap with batched cotangents (jacrev,
     # is_grads_batched), where writing a batched value into an unbatched temporary fails
@@ -212,6 +213,7 @@ XP = ArrayPrinter(
         "matrix_exp": "_matrix_exp({0})",
         "expm_frechet": "_expm_frechet(xp, {0}, {1})",
         "expm_frechet_solve": "_expm_frechet_solve(xp, {0}, {1})",
+        "triangular_sylvester_solve": "_triangular_sylvester_solve(xp, {0}, {1}, upper={upper})",
     },
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",

@@ -36,7 +36,16 @@ def for_data(data, real: Callable, complex_: Callable | None = None) -> Callable
 
 
 def _is_complex(rules: Rules, env: dict) -> bool:
-    return rules.vjp_complex is not None and env[rules.data].is_complex()
+    """The complex rules: for complex data, and for complex outputs of real data (the complex Schur
+    form of a real matrix), whose real input's cotangent is then the real part (:func:`_real_inputs`)."""
+    return rules.vjp_complex is not None and (env[rules.data].is_complex() or any(
+        isinstance(v, torch.Tensor) and v.is_complex() for v in env.values()))
+
+
+def _real_inputs(rules: Rules, env: dict, cotangents: tuple) -> tuple:
+    """The cotangents of real inputs from complex rules: their real parts."""
+    return tuple(g.real if g is not None and g.is_complex() and isinstance(env.get(name[1:]), torch.Tensor)
+                 and not env[name[1:]].is_complex() else g for name, g in zip(rules.outputs, cotangents))
 
 
 def _as_complex(env: dict, *calls) -> dict:
@@ -78,7 +87,9 @@ def jvp(rules: Rules, env: dict) -> tuple:
     if rules.complex_only:
         _independent(rules, env)
         return rules.jvp(_as_complex(env, rules.jvp))
-    return (rules.jvp_complex if _is_complex(rules, env) else rules.jvp)(env)
+    if _is_complex(rules, env):  # complex outputs of real data: the real tangents too, in the complex dtype
+        return rules.jvp_complex(_as_complex(env, rules.jvp_complex))
+    return rules.jvp(env)
 
 
 def vjp(rules: Rules, env: dict) -> tuple:
@@ -140,8 +151,8 @@ def _vjp(rules: Rules, env: dict) -> tuple:
         return tuple(g.real if not env.get(name[1:], g).is_complex() else g for name, g in zip(rules.outputs, out))
     if _is_complex(rules, env):
         if rules.vjp_complex_checked is not None and gauge.enabled():
-            return _checked(rules, env, rules.vjp_complex_checked, rules.residuals_complex)
-        return rules.vjp_complex(env)
+            return _real_inputs(rules, env, _checked(rules, env, rules.vjp_complex_checked, rules.residuals_complex))
+        return _real_inputs(rules, env, rules.vjp_complex(env))
     unbroadened = not rules.broadening or env["broadening"] is None
     vectors = dict.fromkeys(r.vector for r in rules.residuals if r.vector is not None)
     if rules.vjp_checked is not None and gauge.enabled() and unbroadened and (

@@ -42,14 +42,15 @@ from jax import lax
 
 from . import gauge
 from .rules import Rules
-from .xp import assemble, cluster_mask, masked_quotient, matrix_part, negligible, quotient, reciprocal
-from .xp import rounding_rtol, shifted_solve, zero_where_negligible
+from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, negligible, quotient, reciprocal
+from .xp import rounding_rtol, shifted_solve, triangular_sylvester_solve, zero_where_negligible
 
 __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
     "eigh_generalized", "gauge_checked", "inputs", "is_concrete", "jvp", "library", "library_semantics", "lu_solve", "masked_quotient",
     "matrix_part", "negligible", "pinv", "quotient", "reciprocal", "shifted_solve", "solve_triangular", "svd",
-    "symmetrized", "sqrtm_general", "sylvester", "zero_where_negligible", "check_finite_outputs",
+    "symmetrized", "sqrtm_general", "sylvester", "triangular_sylvester_solve", "zero_where_negligible",
+    "check_finite_outputs",
 ]
 
 _RAISE_IN_JIT = False
@@ -605,7 +606,10 @@ def errors_in_jit(flag: bool = True):
 
 
 def _complex(rules: Rules, env: dict) -> bool:
-    return rules.vjp_complex is not None and jnp.iscomplexobj(env[rules.data])
+    """The complex rules: for complex data, and for complex outputs of real data (the complex Schur
+    form of a real matrix; the transposition takes the real part of a real input's cotangent)."""
+    return rules.vjp_complex is not None and (jnp.iscomplexobj(env[rules.data]) or any(
+        (isinstance(v, jax.Array) or hasattr(v, "aval")) and jnp.iscomplexobj(v) for v in env.values()))
 
 
 _TRANSPOSE = "derived"

@@ -13,7 +13,8 @@ import torch
 from .function import nested_forward as _nested_forward
 from .routes import taken
 
-__all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester"]
+__all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester",
+           "triangular_sylvester_solve"]
 
 
 def _reusable(*tensors) -> bool:
@@ -61,14 +62,15 @@ def lu_solve(A, LU, pivots, B, *, adjoint: bool = False, left: bool = True):
 def _sylvester_in_eigenbases(A, B, C, same=False):
     """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (no graph): ``C`` taken to the
     eigenbases, divided entrywise by ``a_i + b_j``, and taken back (``same``: ``B`` is ``A``)."""
-    from .checks import SingularMatrixError, is_traced
+    from .checks import is_traced
+    from .xp import check_sums
 
     wa, Va = torch.linalg.eigh(A)
     wb, Vb = (wa, Va) if same else torch.linalg.eigh(B)
     denominator = wa[..., :, None] + wb[..., None, :]
-    if not is_traced(denominator) and denominator.numel() and bool((denominator == 0).any()):
-        raise SingularMatrixError("sylvester: an eigenvalue of A is the negative of one of B, so A X + X B = C "
-                                  "has no unique solution")
+    if not is_traced(denominator) and denominator.numel():  # a pair adding up to zero to rounding: named
+        a, b = (w.detach().cpu().numpy() for w in (wa, wb))
+        check_sums(a, b, abs(a).max(-1, initial=0) + abs(b).max(-1, initial=0))
     Ct = Va.mH @ C @ Vb
     return Va @ (Ct / denominator.to(Ct.dtype)) @ Vb.mH
 
@@ -418,3 +420,76 @@ class _ExpFrechetSolve(torch.autograd.Function):
         from .checks import vmap_as_batch
 
         return vmap_as_batch(_ExpFrechetSolve, info, in_dims, X, C)
+
+
+def triangular_sylvester_solve(T, C, upper: bool = True):
+    """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)`` for triangular ``T`` (batched,
+    broadcasting): the Schur decomposition's ``tril₋(Z^H dZ)`` (upper ``T``) and its adjoint (lower
+    ``T^H``).  Column by column for upper ``T``,
+    ``(T_jj I - T[j+1:, j+1:]) x_j = C[j+1:, j] - X[j+1:, :j] T[:j, j]``; row by row for lower ``T``,
+    ``x_i (T[:i, :i] - T_ii I) = C[i, :i] + T[i, :i] X[:i, :i]``: ``n - 1`` triangular solves, made of
+    torch operations without in-place updates, so every derivative (and ``vmap``) is torch's.
+
+    Raises:
+        ValueError: ``T`` is not triangular on that side (a ``2 x 2`` block of a real Schur form).
+        SingularMatrixError: two diagonal entries of ``T`` are equal (to ``sqrt(eps)`` relative): no
+            unique solution (a repeated eigenvalue).
+    """
+    from .checks import is_compiling_or_fake, physical
+
+    batch = torch.broadcast_shapes(T.shape[:-2], C.shape[:-2])
+    dtype = torch.promote_types(T.dtype, C.dtype)
+    T, C = (x.to(dtype).expand(*batch, *x.shape[-2:]) for x in (T, C))
+    plain = None if T.is_meta or is_compiling_or_fake(T) else physical(T.detach())
+    if plain is not None and plain[0].numel():  # the values, also under torch.func transforms
+        _check_triangular_spectrum(plain[0], upper)
+    n = T.shape[-1]
+    if n < 2:
+        return torch.zeros_like(C)
+    eye = torch.eye(n, dtype=dtype, device=T.device)
+    zeros = lambda k: torch.zeros(*batch, k, dtype=dtype, device=T.device)  # noqa: E731
+    parts = []
+    if upper:  # columns, each with zeros above the diagonal
+        for j in range(n - 1):
+            rhs = C[..., j + 1:, j]
+            if j:
+                done = torch.stack(parts, -1)[..., j + 1:, :]
+                rhs = rhs - (done @ T[..., :j, j, None])[..., 0]
+            M = T[..., j:j + 1, j:j + 1] * eye[j + 1:, j + 1:] - T[..., j + 1:, j + 1:]
+            x = torch.linalg.solve_triangular(M, rhs[..., None], upper=True)[..., 0]
+            parts.append(torch.cat([zeros(j + 1), x], -1))
+        parts.append(zeros(n))
+        return torch.stack(parts, -1)
+    parts.append(zeros(n))  # rows, each with zeros right of the diagonal
+    for i in range(1, n):
+        done = torch.stack(parts, -2)[..., :i, :i]
+        rhs = C[..., i, :i] + (T[..., i:i + 1, :i] @ done)[..., 0, :]
+        M = T[..., :i, :i] - T[..., i:i + 1, i:i + 1] * eye[:i, :i]
+        x = torch.linalg.solve_triangular(M, rhs[..., None, :], upper=False, left=False)[..., 0, :]  # x M = r
+        parts.append(torch.cat([x, zeros(n - i)], -1))
+    return torch.stack(parts, -2)
+
+
+def _check_triangular_spectrum(T, upper: bool) -> None:
+    """:func:`adjointgen.runtime.xp.check_triangular_spectrum` on a tensor: the verdicts in torch (on
+    the tensor's device, readable under ``torch.func`` transforms), and the host only for the
+    message of a failure."""
+    with torch.no_grad():
+        n = T.shape[-1]
+        if n < 2:
+            return
+        other = T.tril(-1) if upper else T.triu(1)
+        w = T.diagonal(dim1=-2, dim2=-1)
+        eps = torch.finfo(w.real.dtype if w.is_complex() else w.dtype).eps
+        scale = w.abs().amax(-1, keepdim=True)[..., None].clamp_min(torch.finfo(w.abs().dtype).tiny)
+        gaps = (w[..., :, None] - w[..., None, :]).abs()
+        eye = torch.eye(n, dtype=torch.bool, device=T.device)
+        bad = (gaps <= eps ** 0.5 * scale) & ~eye
+        if not bool(other.any()) and not bool(bad.any()):
+            return
+        import numpy
+
+        from .xp import check_triangular_spectrum
+
+        values = numpy.array(T.cpu().resolve_conj().tolist(), dtype=numpy.complex128 if T.is_complex() else numpy.float64)
+    check_triangular_spectrum(numpy, values, upper)

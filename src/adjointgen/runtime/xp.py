@@ -359,35 +359,116 @@ def pinv_with(xp, A, atol=None, rtol=None):
 
 def sylvester(xp, A, B, C, hermitian: bool = True):
     """``X`` with ``A X + X B = C`` (batched): for Hermitian ``A``, ``B`` in their eigenbases,
-    otherwise by SciPy's Bartels-Stewart on the host (CuPy arrays make a round trip); the
-    array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`."""
-    if not hermitian:
-        import scipy.linalg
+    otherwise by Bartels-Stewart on the host (:func:`bartels_stewart`; CuPy arrays make a round
+    trip); the array-module counterpart of :func:`adjointgen.runtime.linalg.sylvester`.
 
+    Raises:
+        SingularMatrixError: an eigenvalue of ``A`` is, to rounding, the negative of one of ``B``
+            (both named in the message): no unique ``X``.
+    """
+    if not hermitian:
         host = (lambda x: x.get()) if is_cupy(xp) else numpy.asarray
         a, b, c = (host(x) for x in (A, B, C))
         batch = numpy.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
         a, b, c = (numpy.broadcast_to(x, batch + x.shape[-2:]) for x in (a, b, c))
-        out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c))
-        eps = numpy.finfo(out.real.dtype).eps
+        out = numpy.empty(c.shape, dtype=numpy.result_type(a, b, c, numpy.float32))
         for idx in numpy.ndindex(*batch):
-            # trsyl perturbs a singular equation instead of failing: test the eigenvalue sums first
-            sums = numpy.linalg.eigvals(a[idx])[:, None] + numpy.linalg.eigvals(b[idx])[None, :]
-            scale = numpy.abs(a[idx]).max(initial=0) + numpy.abs(b[idx]).max(initial=0)
-            if sums.size and numpy.abs(sums).min() <= 100 * eps * a.shape[-1] * scale:
-                from .checks import SingularMatrixError
-
-                raise SingularMatrixError("sylvester: A X + X B = C has no unique solution: an eigenvalue of A "
-                                          f"is, to rounding, the negative of one of B (|a_i + b_j| = "
-                                          f"{numpy.abs(sums).min():.2e})")
-            out[idx] = scipy.linalg.solve_sylvester(a[idx], b[idx], c[idx])
+            out[idx] = bartels_stewart(a[idx], b[idx], c[idx], where=idx if batch else None)
         return xp.asarray(out)
     wa, Va = xp.linalg.eigh(A)
     wb, Vb = xp.linalg.eigh(B)
     denominator = wa[..., :, None] + wb[..., None, :]
+    if not is_cupy(xp):
+        check_sums(numpy.asarray(wa), numpy.asarray(wb), numpy.abs(numpy.asarray(wa)).max(-1, initial=0)
+                   + numpy.abs(numpy.asarray(wb)).max(-1, initial=0))
     conj = xp.conj if xp.iscomplexobj(C) or xp.iscomplexobj(Va) else (lambda x: x)
     Ct = conj(xp.swapaxes(Va, -1, -2)) @ C @ Vb
     return Va @ (Ct / denominator) @ conj(xp.swapaxes(Vb, -1, -2))
+
+
+def check_sums(a, b, scale, where=None) -> None:
+    """A :class:`~adjointgen.runtime.checks.SingularMatrixError` naming the pair where an eigenvalue
+    ``a_i`` (of ``A``, batched ``(..., n)``) and ``b_j`` (of ``B``, ``(..., m)``) add up to zero to
+    rounding (``|a_i + b_j| <= 100 eps max(n, m) scale``, ``scale`` ``(...)`` the size of the
+    matrices): the Sylvester equation ``A X + X B = C`` has no unique solution there."""
+    a, b = numpy.asarray(a), numpy.asarray(b)
+    if not a.shape[-1] or not b.shape[-1]:
+        return
+    sums = numpy.abs(a[..., :, None] + b[..., None, :])
+    real = numpy.finfo(numpy.result_type(a, b, numpy.float32)).eps
+    bound = 100 * real * max(a.shape[-1], b.shape[-1]) * numpy.asarray(scale)[..., None, None]
+    bad = sums <= bound
+    if not bad.any():
+        return
+    index = numpy.argwhere(bad)[0]
+    *batch, i, j = (int(k) for k in index)
+    ai, bj = a[(*batch, i)], b[(*batch, j)]
+    where = tuple(batch) if batch else where
+    from .checks import SingularMatrixError
+
+    raise SingularMatrixError(
+        f"the Sylvester equation A X + X B = C has no unique solution{f' (batch index {where})' if where else ''}: "
+        f"the eigenvalue a_{i} = {_number(ai)} of A is, to rounding, the negative of the eigenvalue "
+        f"b_{j} = {_number(bj)} of B (|a_{i} + b_{j}| = {float(sums[tuple(index)]):.2e})")
+
+
+def _number(z) -> str:
+    z = complex(z)
+    return f"{z.real:.6g}" if z.imag == 0 else f"{z.real:.6g}{z.imag:+.6g}j"
+
+
+def _schur_eigenvalues(T):
+    """The eigenvalues of a (quasi-)triangular Schur factor: its diagonal, and the pairs of its
+    ``2 x 2`` blocks (a real Schur form)."""
+    n = T.shape[-1]
+    w = T.diagonal().astype(numpy.result_type(T, numpy.complex64))
+    if numpy.iscomplexobj(T) or n < 2:
+        return w
+    i = 0
+    while i < n - 1:
+        if T[i + 1, i] != 0:
+            w[i:i + 2] = numpy.linalg.eigvals(T[i:i + 2, i:i + 2])
+            i += 2
+        else:
+            i += 1
+    return w
+
+
+def bartels_stewart(a, b, c, where=None):
+    """``X`` with ``a X + X b = c`` for one pair of general square host (NumPy) matrices
+    (Bartels-Stewart): the Schur forms ``a = Q S Q^H``, ``b = R T R^H``, LAPACK's triangular solve
+    ``S Y + Y T = Q^H c R`` (``trsyl``), ``X = Q Y R^H``.  ``b`` equal to ``a`` or to ``a^H`` (the
+    square root's and the Lyapunov equation's) takes one Schur form, not two.  Real data stays real
+    (quasi-triangular Schur forms).
+
+    Raises:
+        SingularMatrixError: an eigenvalue of ``a`` and one of ``b`` add up to zero to rounding
+            (both named; ``trsyl`` would perturb them silently).
+    """
+    import scipy.linalg
+
+    dtype = numpy.result_type(a, b, c, numpy.float32)
+    a, b, c = (numpy.asarray(x, dtype=dtype) for x in (a, b, c))
+    n, m = a.shape[-1], b.shape[-1]
+    if not n or not m:
+        return numpy.zeros((n, m), dtype=dtype)
+    kind = "complex" if numpy.iscomplexobj(a) else "real"
+    S, Q = scipy.linalg.schur(a, output=kind)
+    if b is a or (n == m and numpy.array_equal(b, a)):
+        T, R, op = S, Q, "N"
+    elif n == m and numpy.array_equal(b, a.conj().T):
+        T, R, op = S, Q, "C" if kind == "complex" else "T"  # b = Q S^H Q^H
+    else:
+        (T, R), op = scipy.linalg.schur(b, output=kind), "N"
+    wa = _schur_eigenvalues(S)
+    wb = _schur_eigenvalues(T) if op == "N" else _schur_eigenvalues(T).conj()
+    check_sums(wa, wb, numpy.abs(a).max() + numpy.abs(b).max(), where)
+    trsyl, = scipy.linalg.get_lapack_funcs(("trsyl",), (S, T, c))
+    F = Q.conj().T @ c @ R
+    Y, scale, info = trsyl(S, T, F, tranb=op)
+    if info < 0:  # pragma: no cover - an argument error of ours
+        raise ValueError(f"trsyl: illegal value in argument {-info}")
+    return (Q @ Y @ R.conj().T) / scale
 
 
 def check_principal_branch(a, what: str = "square root") -> None:
@@ -551,3 +632,97 @@ def logm_general(A):
             log = scipy.linalg.logm(a[idx])
             out[idx] = log.real if not numpy.iscomplexobj(out) else log
     return xp.asarray(out)
+
+
+def check_triangular_spectrum(xp, T, upper: bool) -> None:
+    """The conditions of :func:`triangular_sylvester_solve` on concrete values: ``T`` triangular on the
+    ``upper`` side (else a ``ValueError`` naming an entry on the other side: a ``2 x 2`` block of a
+    real Schur form, for a pair of complex eigenvalues, is not triangular), and distinct diagonal
+    entries (else a :class:`~adjointgen.runtime.checks.SingularMatrixError` naming the equal pair:
+    a repeated eigenvalue, defective or not, where the solution is not unique).  Diagonal entries
+    closer than ``sqrt(eps)`` relative to the largest are equal (the split of a defective
+    eigenvalue by rounding is of that order)."""
+    t = numpy.asarray(T.get() if is_cupy(xp) else T)
+    n = t.shape[-1]
+    if n < 2 or not t.size:
+        return
+    other = numpy.tril(t, -1) if upper else numpy.triu(t, 1)
+    if numpy.any(other != 0):
+        index = numpy.argwhere(other != 0)[0]
+        *batch, i, j = (int(k) for k in index)
+        where = f" (batch index {tuple(batch)})" if batch else ""
+        raise ValueError(f"the triangular Sylvester solve needs {'an upper' if upper else 'a lower'} triangular T{where}: "
+                         f"T[{i}, {j}] = {_number(t[tuple(index)])} is not zero -- a 2 x 2 block of a real Schur form "
+                         "(a pair of complex eigenvalues) has no derived rule; the complex Schur form (output='complex') has one")
+    w = numpy.diagonal(t, axis1=-2, axis2=-1)
+    eps = numpy.finfo(numpy.result_type(w.real.dtype, numpy.float32)).eps
+    scale = numpy.abs(w).max(-1, initial=0)[..., None, None]
+    gaps = numpy.where(numpy.eye(n, dtype=bool), numpy.inf, numpy.abs(w[..., :, None] - w[..., None, :]))
+    bad = gaps <= numpy.sqrt(eps) * numpy.maximum(scale, numpy.finfo(eps.dtype).tiny)
+    if bad.any():
+        *batch, i, j = (int(k) for k in numpy.argwhere(bad)[0])
+        where = f" (batch index {tuple(batch)})" if batch else ""
+        from .checks import SingularMatrixError
+
+        raise SingularMatrixError(
+            f"the triangular Sylvester solve has no unique solution{where}: the diagonal entries T[{i}, {i}] = "
+            f"{_number(w[(*batch, i)])} and T[{j}, {j}] = {_number(w[(*batch, j)])} of T are equal to rounding (a "
+            "repeated eigenvalue: the Schur vectors have no derivative there)")
+
+
+def triangular_sylvester_solve(xp, T, C, upper: bool = True):
+    """The strictly lower ``X`` with ``tril₋(X T - T X) = tril₋(C)`` for triangular ``T`` (batched,
+    broadcasting), by triangular solves: for upper ``T`` column by column,
+    ``(T_jj I - T[j+1:, j+1:]) x_j = C[j+1:, j] - X[j+1:, :j] T[:j, j]``; for lower ``T`` row by row,
+    ``x_i (T[:i, :i] - T_ii I) = C[i, :i] + T[i, :i] X[:i, :i]``.  Functional (no in-place update), so
+    ``jax.numpy`` traces, batches and differentiates it; NumPy and CuPy too.  Where the values are
+    concrete, :func:`check_triangular_spectrum` first."""
+    if _is_jax(xp):
+        import jax
+
+        concrete = not any(isinstance(x, jax.core.Tracer) for x in (T, C))
+    else:
+        concrete = True
+    batch = tuple(numpy.broadcast_shapes(T.shape[:-2], C.shape[:-2]))
+    dtype = xp.result_type(T.dtype, C.dtype)
+    T = xp.broadcast_to(xp.asarray(T, dtype=dtype), batch + tuple(T.shape[-2:]))
+    C = xp.broadcast_to(xp.asarray(C, dtype=dtype), batch + tuple(C.shape[-2:]))
+    if concrete:
+        check_triangular_spectrum(xp, T, upper)
+    n = T.shape[-1]
+    if n < 2:
+        return xp.zeros(batch + (n, n), dtype=dtype)
+    eye = xp.eye(n, dtype=dtype)
+    parts = []
+    if upper:  # columns, each with zeros above the diagonal
+        for j in range(n - 1):
+            rhs = C[..., j + 1:, j]
+            if j:
+                done = xp.stack(parts, axis=-1)[..., j + 1:, :]
+                rhs = rhs - xp.matmul(done, T[..., :j, j][..., None])[..., 0]
+            M = T[..., j:j + 1, j:j + 1] * eye[j + 1:, j + 1:] - T[..., j + 1:, j + 1:]
+            x = _solve_triangular_vector(xp, M, rhs, upper=True)
+            parts.append(xp.concatenate([xp.zeros(batch + (j + 1,), dtype=dtype), x], axis=-1))
+        parts.append(xp.zeros(batch + (n,), dtype=dtype))
+        return xp.stack(parts, axis=-1)
+    parts.append(xp.zeros(batch + (n,), dtype=dtype))  # rows, each with zeros right of the diagonal
+    for i in range(1, n):
+        done = xp.stack(parts, axis=-2)[..., :i, :i]
+        rhs = C[..., i, :i] + xp.matmul(T[..., i:i + 1, :i], done)[..., 0, :]
+        M = xp.swapaxes(T[..., :i, :i] - T[..., i:i + 1, i:i + 1] * eye[:i, :i], -1, -2)  # x M = r: M^T x = r
+        x = _solve_triangular_vector(xp, M, rhs, upper=True)
+        parts.append(xp.concatenate([x, xp.zeros(batch + (n - i,), dtype=dtype)], axis=-1))
+    return xp.stack(parts, axis=-2)
+
+
+def _is_jax(xp) -> bool:
+    return getattr(xp, "__name__", "").startswith("jax")
+
+
+def _solve_triangular_vector(xp, M, b, upper: bool):
+    """``M^-1 b`` for triangular ``M`` (``(..., m, m)``) and vectors ``b`` (``(..., m)``)."""
+    if _is_jax(xp):
+        import jax.scipy.linalg
+
+        return jax.scipy.linalg.solve_triangular(M, b[..., None], lower=not upper)[..., 0]
+    return solve_triangular(xp, M, b[..., None], lower=not upper)[..., 0]

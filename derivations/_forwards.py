@@ -1,0 +1,71 @@
+"""Host forwards of catalogue operations that SciPy lacks, or computes silently wrong at the edge of
+their domain.  Each takes one matrix (a 2-D NumPy array) per input, as SciPy's functions do; the
+derivation declares it with ``d.forward(host="adjointgen.catalogue._forwards:<name>")`` and
+:mod:`adjointgen.runtime.host` runs it for every backend (torch on any device, NumPy, CuPy, JAX).
+
+Algorithms and domain checks only: every derivative is derived in the derivation files.
+"""
+from __future__ import annotations
+
+import numpy
+import scipy.linalg
+
+from adjointgen.runtime.xp import bartels_stewart
+
+
+def polar(a, side="right"):
+    """``(U, P)`` with ``A = U P`` (SciPy's ``polar``), for ``m >= n``: ``U`` with orthonormal columns,
+    ``P = (A^H A)^(1/2)``.  ``side="left"`` and wide ``A`` (a singular ``P``) have no derived rules
+    yet: a ``ValueError`` says how to get them from the right polar decomposition of ``A^H``."""
+    if side not in ("right", "left"):
+        raise ValueError(f"polar: side must be 'right' or 'left', not {side!r}")
+    m, n = a.shape[-2:]
+    if side == "left":
+        raise ValueError("polar: side='left' (A = P U) has no derived rules yet; it is the right polar "
+                         "decomposition of A^H transposed: U', P = polar(A^H), U = U'^H")
+    if m < n:
+        raise ValueError(f"polar: A is {m}x{n} (wide): P = (A^H A)^(1/2) is singular and its derivative is not "
+                         "derived; the right polar decomposition of A^H gives the factors A = P' U'^H")
+    return scipy.linalg.polar(a, side="right")
+
+
+def solve_sylvester(a, b, q):
+    """``X`` with ``A X + X B = Q`` by Bartels-Stewart (:func:`adjointgen.runtime.xp.bartels_stewart`);
+    a ``SingularMatrixError`` names an eigenvalue of ``A`` that is the negative of one of ``B``
+    (SciPy's ``solve_sylvester`` perturbs it silently)."""
+    return bartels_stewart(a, b, q)
+
+
+def solve_continuous_lyapunov(a, q):
+    """``X`` with ``A X + X A^H = Q`` (SciPy's ``solve_continuous_lyapunov``): one Schur form of ``A``;
+    a ``SingularMatrixError`` names the eigenvalues ``a_i``, ``conj(a_j)`` with ``a_i + conj(a_j) = 0``
+    (SciPy perturbs them silently)."""
+    return bartels_stewart(a, a.conj().T, q)
+
+
+def signm(a):
+    """The matrix sign function ``S = A (A^2)^(-1/2)`` by the Schur method with reordering (Higham,
+    Functions of Matrices, §5.2): the complex Schur form ``A = Z T Z^H`` with the eigenvalues of
+    positive real part first, ``T = [[T11, T12], [0, T22]]``, gives ``sign(T) = [[I, Y], [0, -I]]``
+    with ``T11 Y - Y T22 = 2 T12`` (a Sylvester equation whose two sides have no eigenvalue in
+    common).  Real ``A`` gives real ``S``.  A ``ValueError`` names an eigenvalue on the imaginary
+    axis (to rounding), where ``sign`` is not defined.  SciPy's ``signm`` returns zeros there, and
+    elsewhere shifts ``A`` when its Parlett recurrence fails."""
+    n = a.shape[-1]
+    if not n:
+        return numpy.zeros_like(a)
+    T, Z, k = scipy.linalg.schur(a, output="complex", sort="rhp")
+    w = T.diagonal()
+    eps = numpy.finfo(w.real.dtype).eps
+    scale = max(numpy.abs(w).max(), numpy.finfo(w.real.dtype).tiny)
+    near = numpy.abs(w.real) <= 100 * n * eps * scale
+    if near.any():
+        i = int(numpy.argmax(near))
+        raise ValueError(f"signm: the eigenvalue {complex(w[i]):.6g} of A is on the imaginary axis (to rounding, "
+                         f"|Re| = {abs(w[i].real):.2e}): the matrix sign function is not defined there")
+    S = -numpy.eye(n, dtype=T.dtype)
+    S[:k, :k] = numpy.eye(k)
+    if 0 < k < n:
+        S[:k, k:] = bartels_stewart(T[:k, :k], -T[k:, k:], 2 * T[:k, k:])
+    S = Z @ S @ Z.conj().T
+    return S.real.astype(a.dtype, copy=False) if not numpy.iscomplexobj(a) else S
