@@ -639,6 +639,7 @@ def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...], *, transpose:
     ``transpose="derived"`` (the default, see :func:`transposition`): reverse mode runs the derived
     VJP (:func:`linear_rule`: the JVP as a linear primitive whose transpose is the VJP), forward mode
     the derived JVP; ``"jax"``: JAX transposes the JVP's operations itself."""
+    singular = _singular_factors(rules, env)
     rules = rules.for_shapes(env)
     complex_ = _complex(rules, env)
     call = rules.jvp_complex if complex_ else rules.jvp
@@ -648,11 +649,54 @@ def jvp(rules: Rules, env: dict, cotangent_names: tuple[str, ...], *, transpose:
                                cotangent_names)
     else:
         tangents = call(env)
+    if singular is not None:  # traced: NaN in both modes (a factor NaN or 1, linear in the tangents)
+        tangents = tuple(t * jnp.where(singular.reshape(singular.shape + (1,) * (t.ndim - singular.ndim)),
+                                       jnp.nan, 1).astype(t.dtype) for t in tangents)
     checked = rules.vjp_complex_checked if complex_ else rules.vjp_checked
     if checked is None or not gauge.enabled() or (rules.broadening and env.get("broadening") is not None):
         return tangents
     residuals = rules.residuals_complex if complex_ else rules.residuals
     return gauge_checked(rules, env, checked, residuals, tangents, cotangent_names)
+
+
+def _singular_factors(rules: Rules, env: dict):
+    """The triangular factors the rules invert (``rules.invertible``: QR's ``R``, Cholesky's ``L``),
+    checked as :func:`adjointgen.runtime.checks.invertible_factor` does: a pivot at most
+    ``(k eps)^(1/degree)`` times the norm of its line (an upper factor's column, a lower one's row)
+    has no correct digits, nor has a derivative that divides by it.  Concrete values raise
+    ``SingularMatrixError``; traced ones give the batch elements' flags (``None``: nothing to flag)."""
+    flags = None
+    for name, degree in rules.invertible:
+        T = env.get(name)
+        if T is None or not T.size:
+            continue
+        T = lax.stop_gradient(T)
+        k = min(T.shape[-2:])
+        pivots = jnp.abs(jnp.diagonal(T, axis1=-2, axis2=-1))[..., :k]
+        upper = jnp.all(jnp.tril(T, -1) == 0, axis=(-2, -1))[..., None]
+        columns = jnp.sqrt(jnp.sum(jnp.abs(T) ** 2, axis=-2))[..., :k]
+        rows = jnp.sqrt(jnp.sum(jnp.abs(T) ** 2, axis=-1))[..., :k]
+        size = jnp.where(upper, columns, rows)
+        eps = float(jnp.finfo(pivots.dtype).eps)
+        noise = pivots <= (k * eps) ** (1.0 / degree) * size
+        if is_concrete(noise):
+            if bool(jnp.any(noise)):
+                bad = numpy.argwhere(numpy.asarray(noise))[0]
+                pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
+                where = f" (batch index {tuple(int(b) for b in bad[:-1])})" if len(bad) > 1 else ""
+                try:
+                    from .checks import SingularMatrixError
+                except ImportError:  # no torch
+                    SingularMatrixError = ValueError
+                raise SingularMatrixError(
+                    f"{rules.op}: the derivative divides by the diagonal of {name}, and {name}[{bad[-1]}, {bad[-1]}] = "
+                    f"{pivot:.2e}{where} is at the level of rounding (({k} eps)^(1/{degree}) times its row or column "
+                    f"norm {scale:.2e}; condition estimate {scale / max(pivot, 1e-300):.2e}): the input is numerically "
+                    "rank deficient, and the derivative has no correct digits")
+            continue
+        found = jnp.any(noise, axis=-1)
+        flags = found if flags is None else flags | found
+    return flags
 
 
 class _Linear:
