@@ -88,7 +88,7 @@ def jvp(rules: Rules, env: dict) -> tuple:
         _independent(rules, env)
         return rules.jvp(_as_complex(env, rules.jvp))
     if _is_complex(rules, env):  # complex outputs of real data: the real tangents too, in the complex dtype
-        return rules.jvp_complex(_as_complex(env, rules.jvp_complex))
+        return rules.jvp_complex(env if env[rules.data].is_complex() else _as_complex(env, rules.jvp_complex))
     return rules.jvp(env)
 
 
@@ -145,7 +145,8 @@ def _vjp(rules: Rules, env: dict) -> tuple:
             floor = _floor(rules.residuals, cenv)
             for r in rules.residuals:
                 if r.vector is None:
-                    gauge.check(rules.op, r.call(cenv)[0], *(cenv[c] for c in r.cotangents), floor=floor, phases=r.phases, invariant=r.invariant)
+                    gauge.check(rules.op, r.call(cenv)[0], *(cenv[c] for c in r.cotangents), floor=floor, phases=r.phases,
+                                invariant=r.invariant)
         else:
             out = _checked(rules, cenv, rules.vjp_checked, rules.residuals)
         return tuple(g.real if not env.get(name[1:], g).is_complex() else g for name, g in zip(rules.outputs, out))
