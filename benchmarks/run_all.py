@@ -32,6 +32,7 @@ BENCHMARKS = [
     ("bench_eigsh", []),
     ("bench_jax", []),
     ("bench_jax_rules", []),
+    ("bench_new_ops", []),
     ("sweep_funm", []),
 ]
 
@@ -49,7 +50,7 @@ def judged(result, quick: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run; targets not judged)")
-    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, jax, "
+    p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, jax, new_ops, "
                                   "sweep)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None
