@@ -884,6 +884,11 @@ class PairwiseMatrix(MatrixSymbol):
         cls._registry[definition.name] = definition
         return cls(definition.name, n, n)
 
+    @classmethod
+    def activate(cls, definitions) -> None:
+        """Make ``definitions`` (name -> :class:`PairwiseDef`: a derivation's) the ones read by name."""
+        cls._registry.update(definitions)
+
     @property
     def definition(self) -> PairwiseDef:
         return self._registry[self.name]

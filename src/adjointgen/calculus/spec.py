@@ -156,8 +156,13 @@ class OperationSpec:
 
 
 def as_spec(d) -> OperationSpec:
-    """``d`` itself if it is a spec, else the spec of a :class:`~adjointgen.calculus.Derivation`."""
-    return d if isinstance(d, OperationSpec) else freeze(d)
+    """``d`` itself if it is a spec, else the spec of a :class:`~adjointgen.calculus.Derivation`;
+    its pairwise definitions made the ones its symbols read (a pairwise matrix is a symbol named
+    ``E`` whose definition is looked up by name: another derivation loaded since, in the same
+    process, may have defined an ``E`` of its own -- the SVD's on the singular values)."""
+    spec = d if isinstance(d, OperationSpec) else freeze(d)
+    PairwiseMatrix.activate(spec.pairwise)
+    return spec
 
 
 def freeze(d) -> OperationSpec:
