@@ -267,3 +267,20 @@ def test_a_nearly_defective_matrix_raises_with_condition_estimates():
     ours, = torch.autograd.grad((agt.eigvals(B).real * W).sum(), B)
     ref, = torch.autograd.grad((torch.linalg.eigvals(B).real * W).sum(), B)
     torch.testing.assert_close(ours, ref)
+
+
+@pytest.mark.parametrize("A", [torch.zeros(4, 4, dtype=torch.float64),
+                               torch.diag(torch.tensor([1.0, 1.0, 2.0, 3.0], dtype=torch.float64))],
+                         ids=["zero", "cluster"])
+def test_second_derivative_at_a_cluster_of_eigenvalues_raises(A):
+    """At a cluster of a general matrix's eigenvalues a function such as sum(Re(w)^2) has no second
+    derivative (the cluster splits as the eigenvalues of a non-Hermitian block: at A = 0 along E it
+    is sum Re(eig(E))^2, not a quadratic form in E); the first derivative exists and is returned."""
+    from adjointgen.runtime.gauge import DegenerateSubspaceError
+
+    E = torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    X = A.clone().requires_grad_()
+    g, = torch.autograd.grad((agt.eigvals(X).real ** 2).sum(), X, create_graph=True)
+    torch.testing.assert_close(g.detach(), 2 * A.mT)  # d/dA sum(w^2) = 2 A^T for these real spectra
+    with pytest.raises(DegenerateSubspaceError, match="second derivative at a cluster"):
+        torch.autograd.grad((g * E).sum(), X)

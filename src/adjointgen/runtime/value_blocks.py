@@ -148,12 +148,17 @@ class Prepared:
     """What :func:`second_order` yields: the value cotangent and the other cotangents to hand the
     rules, and :meth:`add` for the input cotangents they return."""
 
-    def __init__(self, values_cotangent, cotangents, extra):
+    def __init__(self, values_cotangent, cotangents, extra, unavailable=None):
         self.values_cotangent, self.cotangents, self.extra = values_cotangent, cotangents, extra
+        self.unavailable = unavailable  # (error class, message): the input cotangents have no derivative
 
     def add(self, grads):
         """The rules' input cotangents (in :attr:`Block.inputs` order) with the loss's own
         second-derivative terms added (``None`` entries kept)."""
+        if self.unavailable is not None:
+            from .function import no_further_derivative
+
+            return tuple(g if g is None else no_further_derivative(g, *self.unavailable) for g in grads)
         if self.extra is None:
             return tuple(grads)
         extra = (*self.extra, *(None,) * (len(grads) - len(self.extra)))
@@ -166,6 +171,22 @@ def second_order(op: str, record, env: dict, values_cotangent, cotangents=(), rt
     :class:`~adjointgen.runtime.rules.ValueBlock`): :func:`declared`, the value cotangent through
     :func:`loss_curvature` and every cotangent through :func:`cut`.  Yields a :class:`Prepared`.
     Outside a second derivative at a cluster everything passes unchanged."""
+    d = env.get(record.values) if record is not None else None
+    if isinstance(d, torch.Tensor) and d.is_complex() and torch.is_grad_enabled():
+        from .degeneracy import has_clusters
+        from .gauge import DegenerateSubspaceError
+
+        if has_clusters(d.detach(), rtol):
+            # complex values (a general matrix's eigenvalues): a cluster moves as the eigenvalues of a
+            # block that is not Hermitian, and a function of them (Re w, |w|) need not have a second
+            # derivative there at all; the block machinery below is for Hermitian blocks
+            yield Prepared(values_cotangent, tuple(cotangents), None, (DegenerateSubspaceError, (
+                f"{op}: a second derivative at a cluster of equal complex values is not available (the "
+                "cluster moves as the eigenvalues of a non-Hermitian block, where a function of the values "
+                "such as Re(w)**2 or |w| need not be twice differentiable); set cluster_rtol= to a smaller "
+                "tolerance if the values are distinct, or differentiate a polynomial of A (trace(A @ A)) "
+                "directly")))
+            return
     with declared(record, env, rtol):
         g, extra = loss_curvature(_unseen_curvature(op, record, env, values_cotangent, cotangents, rtol))
         yield Prepared(cut(g), tuple(cut(c) for c in cotangents), extra)
