@@ -133,6 +133,7 @@ def test_float32_empty_batches_and_bad_input():
         agt.det(torch.ones(2, 3))
 
 
+@pytest.mark.slow  # 13-25 s: the default suite keeps its time; CI's slow step runs it
 def test_the_numpy_and_jax_functions():
     import adjointgen.cupy as agc
 

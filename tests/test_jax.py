@@ -382,6 +382,7 @@ def test_the_torch_side_does_not_import_jax_and_the_jax_side_not_torch():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "ok"
 
 
+@pytest.mark.slow  # 13-25 s: the default suite keeps its time; CI's slow step runs it
 def test_matrix_function_aliases_match_scipy_and_check_grads():
     import scipy.linalg
 

@@ -117,6 +117,7 @@ def test_float32_and_empty_batches():
         assert A0.grad.shape == A0.shape
 
 
+@pytest.mark.slow  # 13-25 s: the default suite keeps its time; CI's slow step runs it
 def test_the_numpy_rules_and_the_jax_functions():
     import adjointgen.cupy as agc
 

@@ -152,6 +152,7 @@ def test_every_autograd_function_of_the_package_runs_its_jvp_for_nested_forward_
     assert not missing, missing
 
 
+@pytest.mark.slow  # 13-25 s: the default suite keeps its time; CI's slow step runs it
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["real", "complex"])
 def test_linearize_is_right_or_a_clear_error(dtype):
     """``torch.func.linearize`` traces the ``jvp`` with ``make_fx`` and replays the graph for other
