@@ -296,11 +296,9 @@ def invertible_factor(op: str, name: str, T: torch.Tensor, degree: int = 1) -> N
         bad = noise.nonzero()[0].tolist()
         where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
         pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
-    raise SingularMatrixError(
-        f"{op}: the derivative divides by the diagonal of {name}, and {name}[{bad[-1]}, {bad[-1]}] = {pivot:.2e}{where} is "
-        f"at the level of rounding (({k} eps)^(1/{degree}) times its row or column norm {scale:.2e}; condition estimate "
-        f"{scale / max(pivot, 1e-300):.2e}): the input is numerically rank deficient, and the derivative has no correct "
-        "digits")
+    from .gauge import singular_factor_message
+
+    raise SingularMatrixError(singular_factor_message(op, name, bad[-1], pivot, where, k, degree, scale))
 
 
 def physical(*tensors, levels: bool = False):

@@ -257,3 +257,13 @@ def tangent_split_error(op: str, members, where: str = "", values=None):
         f"jacrev), which checks the loss; for a Hessian with torch, reverse over reverse (torch.func.jacrev(jacrev(f)), "
         f"torch.autograd.functional.hessian, gradgradcheck), exact here for invariant losses; the library's funm for a "
         f"matrix function, or broadening= for a biased finite surrogate; set the tolerance with cluster_rtol=")
+
+
+def singular_factor_message(op: str, name: str, index: int, pivot: float, where: str, k: int, degree: int,
+                            scale: float) -> str:
+    """The error of a triangular factor the rules invert with a pivot at rounding level (torch's
+    :func:`adjointgen.runtime.checks.invertible_factor` and the JAX runtime's check)."""
+    return (f"{op}: the derivative divides by the diagonal of {name}, and {name}[{index}, {index}] = {pivot:.2e}{where} "
+            f"is at the level of rounding (({k} eps)^(1/{degree}) times its row or column norm {scale:.2e}; "
+            f"condition estimate {scale / max(pivot, 1e-300):.2e}): the input is numerically rank deficient, and "
+            "the derivative has no correct digits")

@@ -688,11 +688,8 @@ def _singular_factors(rules: Rules, env: dict):
                     from .checks import SingularMatrixError
                 except ImportError:  # no torch
                     SingularMatrixError = ValueError
-                raise SingularMatrixError(
-                    f"{rules.op}: the derivative divides by the diagonal of {name}, and {name}[{bad[-1]}, {bad[-1]}] = "
-                    f"{pivot:.2e}{where} is at the level of rounding (({k} eps)^(1/{degree}) times its row or column "
-                    f"norm {scale:.2e}; condition estimate {scale / max(pivot, 1e-300):.2e}): the input is numerically "
-                    "rank deficient, and the derivative has no correct digits")
+                raise SingularMatrixError(gauge.singular_factor_message(rules.op, name, int(bad[-1]), pivot, where, k,
+                                                                        degree, scale))
             continue
         found = jnp.any(noise, axis=-1)
         flags = found if flags is None else flags | found
