@@ -132,6 +132,7 @@ def test_corrupted_solution_step_is_caught_numerically(root, tmp_path):
         gen.load_derivation_file(path)
 
 
+@pytest.mark.slow  # mutation tests of the audit
 @pytest.mark.parametrize("good, bad, failing", [
     # a wrong gauge choice: the reference forward is aligned to diag(dCU) + diag(dCV) = diag(dCP) = 0
     ("fix=(d.diag(dCP), ZeroMatrix(k, k))", "fix=(d.diag(dCM), ZeroMatrix(k, k))", "gauge choice"),

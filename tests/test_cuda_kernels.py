@@ -18,7 +18,9 @@ CU_FILES = sorted((ROOT / "generated" / "cuda").glob("*.cu"))
 #: the files with fused pairwise kernels (funm.cu's divided differences: tests/test_funm.py)
 PAIRWISE_FILES = [cu for cu in CU_FILES if "_mul_" in cu.read_text()]
 NVCC = nvcc_path()
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+# nvcc builds (about 30 s of compiling in all): CI's slow step
+def needs_nvcc(test):
+    return pytest.mark.slow(pytest.mark.skipif(NVCC is None, reason="nvcc not installed")(test))
 
 ELEMENT = re.compile(r"inline T (\w+)_mul_(none|skew|sym)_element\(")
 KERNEL = re.compile(r'extern "C" __global__ void (\w+)\(')

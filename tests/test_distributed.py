@@ -44,6 +44,7 @@ def run_ranks(tmp_path, world, mode, timeout=240):
     return [p.returncode for p in procs], results, seconds, outputs
 
 
+@pytest.mark.slow  # two ranks started as processes
 def test_ddp_gradients_equal_single_process(tmp_path):
     one = tmp_path / "one"
     two = tmp_path / "two"

@@ -94,6 +94,7 @@ def test_cupy_namespace_exports_every_rule():
     assert not any(name.endswith(("_F", "_mul")) for name in agc.__all__)
 
 
+@pytest.mark.slow  # mutation tests of the templates
 @pytest.mark.parametrize("good, bad", [
     # flip the sign of the pairwise numerator
     ("(scale * ({{ fn.numerator | pyscalar }}))", "(scale * -({{ fn.numerator | pyscalar }}))"),

@@ -107,6 +107,7 @@ def test_check_grads_second_order_both_modes(name, complex_):
     check_grads(f, (make(complex_),), order=2, modes=("fwd", "rev"))
 
 
+@pytest.mark.slow  # 20 s
 def test_check_grads_at_an_exact_cluster_for_an_invariant_loss():
     """Reverse mode checks the loss and passes.  Forward mode cannot see the loss, so a direction that
     splits the cluster raises (the eigenvectors' tangent is not defined there), and so does a
@@ -125,6 +126,7 @@ def test_check_grads_at_an_exact_cluster_for_an_invariant_loss():
     np.testing.assert_allclose(jax.hessian(f)(B), jax.hessian(lambda A: jnp.sum(((A + A.T) / 2) ** 2))(B), atol=1e-10)
 
 
+@pytest.mark.slow  # 18 s
 def test_reverse_over_reverse_at_a_cluster_cannot_be_determined_in_jax():
     """Why JAX's reverse over reverse raises at an exact cluster, where torch's double backward is
     exact: JAX's reverse mode of ``grad f`` is the transpose of its linearization, so every rule
@@ -212,6 +214,7 @@ def test_values_match_jax_numpy_and_the_torch_side():
         close(agj.slogdet(N)[1], agt.slogdet(t(N))[1].numpy())
 
 
+@pytest.mark.slow  # 20 s
 def test_gradients_match_jax_numpy_where_both_are_defined():
     H = _herm(4)
     M = jnp.asarray(_real(5, 3))
@@ -373,6 +376,7 @@ def test_clear_errors_for_bad_input():
     assert bool(jnp.isnan(jax.jit(agj.cholesky)(-jnp.eye(2))).any())  # under jit: NaN, as jax.numpy
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_the_torch_side_does_not_import_jax_and_the_jax_side_not_torch():
     code = ("import sys, adjointgen.torch, adjointgen.cupy; assert 'jax' not in sys.modules, 'jax imported'; "
             "print('ok')")

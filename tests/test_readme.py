@@ -21,6 +21,7 @@ def test_the_readme_starts_with_the_install_and_test_commands():
     assert "python3 -m pytest -q" in ci or "python -m pytest -q" in ci
 
 
+@pytest.mark.slow  # each block in a fresh interpreter (100 s in all): CI's slow step
 @pytest.mark.parametrize("index", range(1, len(BLOCKS)), ids=lambda i: f"block{i}-{BLOCKS[i][0]}")
 def test_block_runs(index, tmp_path):
     lang, code = BLOCKS[index]

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (ROOT / "docs" / "tutorial.md").read_text()
 BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```", TEXT, flags=re.M | re.S)
 
 
+@pytest.mark.slow  # the tutorial's project generated from scratch (20 s): CI's slow step
 def test_the_tutorial_runs(tmp_path):
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
