@@ -13,19 +13,14 @@ import scipy.linalg
 from adjointgen.runtime.xp import bartels_stewart
 
 
-def polar(a, side="right"):
+def polar(a):
     """``(U, P)`` with ``A = U P`` (SciPy's ``polar``), for ``m >= n``: ``U`` with orthonormal columns,
-    ``P = (A^H A)^(1/2)``.  ``side="left"`` and wide ``A`` (a singular ``P``) have no derived rules
-    yet: a ``ValueError`` says how to get them from the right polar decomposition of ``A^H``."""
-    if side not in ("right", "left"):
-        raise ValueError(f"polar: side must be 'right' or 'left', not {side!r}")
+    ``P = (A^H A)^(1/2)``, the domain of ``derivations/polar.py``'s rules (the public function reaches
+    ``side="left"`` and wide ``A`` through :func:`adjointgen.catalogue._extensions.polar`)."""
     m, n = a.shape[-2:]
-    if side == "left":
-        raise ValueError("polar: side='left' (A = P U) has no derived rules yet; it is the right polar "
-                         "decomposition of A^H transposed: U', P = polar(A^H), U = U'^H")
     if m < n:
-        raise ValueError(f"polar: A is {m}x{n} (wide): P = (A^H A)^(1/2) is singular and its derivative is not "
-                         "derived; the right polar decomposition of A^H gives the factors A = P' U'^H")
+        raise ValueError(f"polar: A is {m}x{n} (wide): the derived rules are for m >= n; the public function "
+                         "takes wide A through the decomposition of A^H")
     return scipy.linalg.polar(a, side="right")
 
 

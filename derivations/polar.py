@@ -12,8 +12,10 @@ for square ``A``: :meth:`square_variants`).  The engine transposes the JVP into 
 Sylvester solve into its adjoint.
 
 The tutorial (``docs/tutorial.md``) derives the square case step by step.  ``side="left"``
-(``A = P U``) and wide ``A`` (a singular ``P``) are the right polar decomposition of ``A^H``
-transposed; their public form raises a ``ValueError`` saying so.
+(``A = P U``) and wide ``A`` (a singular ``P``) are this decomposition of ``A^H`` conjugate-transposed,
+or ``P = U^H A`` (``A U^H``): the public function composes them from the derived one
+(``d.extend``, :func:`adjointgen.catalogue._extensions.polar`), so their derivatives are these
+rules' composed.
 
 References: N. J. Higham, "Functions of Matrices" (2008), ch. 8.
 """
@@ -50,7 +52,8 @@ U = d.output("U", m, n, orthonormal=True)
 P = d.output("P", n, n, symmetric=True)
 d.api_outputs("U", "P")
 dA, dU, dP = d.tangent(A), d.tangent(U), d.tangent(P)
-d.forward(host="adjointgen.catalogue._forwards:polar", options={"side": "right"})
+d.forward(host="adjointgen.catalogue._forwards:polar")
+d.extend("adjointgen.catalogue._extensions:polar", options={"side": "right"})  # side="left", wide A
 d.instances(sample, [{"m": 3, "n": 3, "field": "complex"}, {"m": 5, "n": 3, "field": "complex"},
                      {"m": 4, "n": 4, "field": "real"}, {"m": 5, "n": 3, "field": "real"}])
 

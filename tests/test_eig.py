@@ -284,3 +284,53 @@ def test_second_derivative_at_a_cluster_of_eigenvalues_raises(A):
     torch.testing.assert_close(g.detach(), 2 * A.mT)  # d/dA sum(w^2) = 2 A^T for these real spectra
     with pytest.raises(DegenerateSubspaceError, match="second derivative at a cluster"):
         torch.autograd.grad((g * E).sum(), X)
+
+
+# ---------------------------------------------------------------- left eigenvectors
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_left_eigenvectors_are_scipys_up_to_phase(dtype):
+    """``eig(A, left=True)``: ``(w, VL, V)`` with ``VL_j^H A = w_j VL_j^H``, unit columns and
+    ``VL_j^H V_j`` real and positive; the same lines as SciPy's left eigenvectors; batches and the
+    empty batch."""
+    import scipy.linalg
+
+    A = randn(2, 5, 5, dtype=dtype)
+    w, VL, V = agt.eig(A, left=True)
+    w0, V0 = agt.eig(A)
+    assert torch.equal(w, w0) and torch.equal(V, V0) and VL.shape == V.shape and VL.dtype == V.dtype
+    assert torch.allclose(VL.mH @ A.to(VL.dtype), w[..., :, None] * VL.mH, atol=1e-12, rtol=0)
+    assert torch.allclose(torch.linalg.vector_norm(VL, dim=-2), torch.ones(2, 5, dtype=torch.float64), atol=1e-14)
+    d = torch.diagonal(VL.mH @ V, dim1=-2, dim2=-1)
+    assert (d.real > 0).all() and torch.allclose(d.imag, torch.zeros_like(d.real), atol=1e-14)
+    for i in range(2):
+        ws, vls = scipy.linalg.eig(A[i].numpy(), left=True, right=False)
+        for j in range(5):
+            k = int(np.argmin(np.abs(ws - w[i, j].item())))
+            assert abs(abs(np.vdot(vls[:, k], VL[i, :, j].numpy())) - 1) < 1e-10
+    w, VL, V = agt.eig(torch.zeros(0, 3, 3, dtype=dtype), left=True)
+    assert VL.shape == (0, 3, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_left_eigenvectors_gradients(dtype):
+    """A phase-invariant loss of VL (with V's too) against gradcheck, gradgradcheck, forward mode and
+    central differences; a loss on VL's phase raises PhaseDependentLossError, as one on V's."""
+    A = diagonalizable([1.0, -2.0, 3.5, 0.5], dtype=dtype, seed=3).requires_grad_()
+
+    def loss(a):
+        w, VL, V = agt.eig(a, left=True)
+        P0 = V[..., :, :1] @ VL[..., :, :1].mH / (VL[..., :, :1].mH @ V[..., :, :1])  # spectral projector
+        return (VL.abs() ** 4).sum() + P0.real.sum() + (w.abs() ** 2).sum()
+
+    assert torch.autograd.gradcheck(loss, (A,))
+    assert torch.autograd.gradgradcheck(loss, (A,))
+    assert torch.autograd.gradcheck(loss, (A,), check_forward_ad=True, check_backward_ad=False,
+                                    check_undefined_grad=False, check_batched_forward_grad=False)
+    g, = torch.autograd.grad(loss(A), A)
+    E = randn(4, 4, dtype=dtype)
+    h = 1e-6
+    fd = (loss(A.detach() + h * E) - loss(A.detach() - h * E)) / (2 * h)
+    assert abs((g.conj() * E).real.sum() - fd) < 1e-7 * max(1.0, abs(fd))
+    with pytest.raises(adjointgen.PhaseDependentLossError):
+        x = agt.eig(A, left=True)[1][0, 0]
+        (x.real + x.imag).backward()  # d/dθ of e^{iθ} x: nonzero also where x is real

@@ -1,7 +1,8 @@
 """agt.polar / agj.polar (``derivations/polar.py``): values against SciPy, gradients against finite
 differences (real and complex, tall and square, second order), exact at an orthogonal A (P = I,
 where an SVD-composed polar divides by zero gaps), batches, float32, torch.func transforms, and the
-shapes and sides that raise."""
+side='left' and wide A (composed from the derived right polar decomposition of A or A^H), and the
+options that raise."""
 import numpy as np
 import pytest
 import scipy.linalg
@@ -117,13 +118,82 @@ def test_torch_func_transforms():
     assert torch.allclose(gv, gb, atol=1e-12, rtol=0)
 
 
-def test_wide_input_and_left_side_raise():
-    with pytest.raises(ValueError, match=r"polar: A is 3x5 \(wide\)"):
-        agt.polar(torch.randn(3, 5, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"side='left'"):
-        agt.polar(full_rank(3, 3), side="left")
+SIDES_SHAPES = [("right", (5, 3)), ("right", (3, 5)), ("right", (4, 4)), ("left", (3, 5)), ("left", (5, 3)),
+                ("left", (4, 4))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("side, shape", SIDES_SHAPES)
+def test_both_sides_and_wide_input_match_scipy(side, shape, dtype):
+    """side='left' (A = P U) and wide A, composed from the derived right polar decomposition of A or
+    A^H (adjointgen.catalogue._extensions.polar): SciPy's values and shapes."""
+    A = full_rank(*shape, seed=21, dtype=dtype, batch=(2,))
+    if shape[0] < shape[1]:
+        A = full_rank(shape[1], shape[0], seed=21, dtype=dtype, batch=(2,)).mH.contiguous()
+    U, P = agt.polar(A, side=side)
+    k = shape[1] if side == "right" else shape[0]
+    assert U.shape == A.shape and P.shape == (2, k, k) and U.dtype == P.dtype == dtype
+    assert not (U.is_conj() or P.is_conj())
+    for i in range(2):
+        u, p = scipy.linalg.polar(A[i].numpy(), side=side)
+        assert np.abs(U[i].numpy() - u).max() < 1e-13 and np.abs(P[i].numpy() - p).max() < 1e-12
+    assert torch.allclose(P, P.mH, atol=1e-14 * P.abs().max().item(), rtol=0)  # Hermitian
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("side, shape", [s for s in SIDES_SHAPES if s != ("right", (5, 3))])
+def test_both_sides_and_wide_input_derivatives(side, shape, dtype):
+    """gradcheck, gradgradcheck and forward mode of every side and orientation, and the JVP against
+    central differences of SciPy's polar."""
+    A = full_rank(*shape, seed=22, dtype=dtype)
+    if shape[0] < shape[1]:
+        A = full_rank(shape[1], shape[0], seed=22, dtype=dtype).mH.contiguous()
+    f = lambda a: agt.polar(a, side=side)  # noqa: E731
+    A1 = A.clone().requires_grad_()
+    assert torch.autograd.gradcheck(f, (A1,))
+    assert torch.autograd.gradgradcheck(f, (A1,))
+    assert torch.autograd.gradcheck(f, (A1,), check_forward_ad=True, check_backward_ad=False,
+                                    check_undefined_grad=False, check_batched_forward_grad=False)
+    E = torch.randn(*shape, dtype=dtype, generator=torch.Generator().manual_seed(23))
+    h = 1e-5
+    (up, pp), (um, pm) = (scipy.linalg.polar(A.numpy() + s * h * E.numpy(), side=side) for s in (1, -1))
+    _, (dU, dP) = torch.func.jvp(f, (A,), (E,))
+    assert np.abs(dU.numpy() - (up - um) / (2 * h)).max() < 1e-7
+    assert np.abs(dP.numpy() - (pp - pm) / (2 * h)).max() < 1e-7
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_wide_input_with_orthonormal_rows_is_exact(side):
+    """A = [I 0] (3x5): U = A, P_right = diag(1, 1, 1, 0, 0) (singular: zero singular values of A^H A
+    repeat), P_left = I; the derivative is finite and right to second order."""
+    A = torch.eye(3, 5, dtype=torch.float64)
+    U, P = agt.polar(A, side=side)
+    assert torch.allclose(U, A, atol=1e-15, rtol=0)
+    k = 5 if side == "right" else 3
+    assert torch.allclose(P, torch.diag((torch.arange(k) < 3).double()), atol=1e-15, rtol=0)
+    A1 = A.clone().requires_grad_()
+    f = lambda a: agt.polar(a, side=side)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (A1,))
+    assert torch.autograd.gradgradcheck(f, (A1,))
+
+
+def test_transforms_of_the_extension():
+    """vmap, jacrev = jacfwd and hessian of side='left' and of wide input."""
+    B = full_rank(5, 3, seed=24, batch=(3,)).mH.contiguous()  # 3x5, wide
+    for side in ("right", "left"):
+        f = lambda a: agt.polar(a, side=side)[1]  # noqa: E731
+        assert torch.allclose(torch.func.vmap(f)(B), f(B), atol=1e-14, rtol=0)
+        assert torch.allclose(torch.func.jacrev(f)(B[0]), torch.func.jacfwd(f)(B[0]), atol=1e-12, rtol=0)
+        loss = lambda a: (agt.polar(a, side=side)[1] ** 2).sum() + agt.polar(a, side=side)[0][0, 1]  # noqa: E731
+        assert torch.allclose(torch.func.hessian(loss)(B[0]), torch.autograd.functional.hessian(loss, B[0]),
+                              atol=1e-10, rtol=0)
+
+
+def test_bad_side_raises_and_the_derived_domain_is_checked():
     with pytest.raises(ValueError, match="side must be 'right' or 'left'"):
         agt.polar(full_rank(3, 3), side="up")
+    with pytest.raises(ValueError, match="NaN"):
+        agt.polar(torch.full((3, 5), float("nan"), dtype=torch.float64), side="left")
 
 
 def _jax():
@@ -138,12 +208,14 @@ def _jax():
 
 def test_jax_matches_torch_and_finite_differences():
     jnp, check_grads, agj = _jax()
-    for shape, dtype, order in [((4, 3), torch.float64, 2), ((3, 3), torch.complex128, 1)]:
+    for shape, dtype, order, side in [((4, 3), torch.float64, 2, "right"), ((3, 3), torch.complex128, 1, "right"),
+                                      ((3, 4), torch.float64, 2, "right"), ((4, 3), torch.complex128, 1, "left")]:
         A = full_rank(*shape, seed=11, dtype=dtype)
-        U, P = agj.polar(jnp.asarray(A.numpy()))
-        u, p = agt.polar(A)
+        f = lambda a: agj.polar(a, side=side)  # noqa: E731
+        U, P = f(jnp.asarray(A.numpy()))
+        u, p = agt.polar(A, side=side)
         assert np.abs(np.asarray(U) - u.numpy()).max() < 1e-13 and np.abs(np.asarray(P) - p.numpy()).max() < 1e-13
-        check_grads(agj.polar, (jnp.asarray(A.numpy()),), order=order, modes=("rev",))
+        check_grads(f, (jnp.asarray(A.numpy()),), order=order, modes=("rev",))
     Q = jnp.asarray(orthogonal(3, 12).numpy())
     check_grads(agj.polar, (Q,), order=1, modes=("fwd", "rev"))
     assert np.abs(np.asarray(agj.polar(Q)[1]) - np.eye(3)).max() < 1e-14
@@ -155,3 +227,12 @@ def test_jax_second_order_both_modes(dtype):
     jnp, check_grads, agj = _jax()
     for A in [full_rank(4, 3, seed=13, dtype=dtype), full_rank(3, 3, seed=14, dtype=dtype), orthogonal(3, 15, dtype)]:
         check_grads(agj.polar, (jnp.asarray(A.numpy()),), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("side, shape", [("right", (3, 5)), ("left", (5, 3)), ("left", (4, 4))])
+def test_numpy_function_matches_scipy(side, shape):
+    from adjointgen.generated.cupy.polar import polar  # the NumPy/CuPy forward, extended alike
+
+    A = full_rank(*shape, seed=25).numpy()
+    for got, want in zip(polar(A, side=side), scipy.linalg.polar(A, side=side)):
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-13

@@ -340,11 +340,16 @@ def _differentiated(A: torch.Tensor) -> bool:
             or torch.autograd.forward_ad.unpack_dual(A).tangent is not None)
 
 
-def eig(A: torch.Tensor, *, cluster_rtol: float | None = None, broadening: float | None = None):
+def eig(A: torch.Tensor, *, left: bool = False, cluster_rtol: float | None = None, broadening: float | None = None):
     """Eigendecomposition ``A V = V diag(w)`` of general square matrices, as :func:`torch.linalg.eig`.
 
     Args:
         A: ``(..., n, n)``, float32/float64 or complex64/complex128; batch dimensions broadcast.
+        left: also return the left eigenvectors, ``(w, VL, V)`` as ``scipy.linalg.eig(A, left=True)``:
+            ``VL[:, j]^H A = w_j VL[:, j]^H``, unit columns, normalized so that ``VL[:, j]^H V[:, j]`` is
+            real and positive (the columns of ``V^-H``, scaled: their phase is tied to ``V``'s, so
+            the phase gauge below covers both).  Differentiated through the derived rules of
+            ``derivations/eig.py`` and ``derivations/inv.py``.
         cluster_rtol: relative tolerance below which two eigenvalues form a cluster of equal values
             (default ``sqrt(eps)`` of the dtype).
         broadening: ``ε > 0`` replaces every reciprocal gap ``1/x`` by ``conj(x)/(|x|^2 + ε)``: a
@@ -377,7 +382,11 @@ def eig(A: torch.Tensor, *, cluster_rtol: float | None = None, broadening: float
     """
     from .generated.torch.eig import eig as general
 
-    return general(A, cluster_rtol=cluster_rtol, broadening=broadening)
+    w, V = general(A, cluster_rtol=cluster_rtol, broadening=broadening)
+    if not left:
+        return w, V
+    VL = inv(V).mH  # the rows of V^-1 are left eigenvectors, with (V^-1)_j V_j = 1
+    return w, VL / torch.linalg.vector_norm(VL, dim=-2, keepdim=True), V
 
 
 def eigvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tensor:

@@ -190,6 +190,27 @@ def _forward(spec, ctx):
     return worst, 1.0
 
 
+def _extension(spec, ctx):
+    """The declared extension with its default options, composed with the NumPy forward, against
+    the forward itself."""
+    forward, ext = spec.forward_spec, spec.extension
+    args = [np.asarray(ctx.env[s.name]) for s in spec.inputs]
+    derived = forward.numpy.resolve(np)
+
+    def call(*xs):
+        return derived(*xs, **dict(forward.options))
+
+    got = ext.function.resolve()(call, *args, **dict(ext.options))
+    want = call(*args)
+    got, want = (tuple(x) if isinstance(x, (tuple, list)) else (x,) for x in (got, want))
+    if len(got) != len(want):
+        return float("inf"), 1.0
+    worst = max((float(np.max(np.abs(np.asarray(g) - np.asarray(w)), initial=0.0)) for g, w in zip(got, want)),
+                default=0.0)
+    scale = max((float(np.max(np.abs(np.asarray(w)), initial=0.0)) for w in want), default=0.0)
+    return worst, max(scale, np.finfo(float).tiny)
+
+
 def unstructured_tangent(ctx, name):
     """A random tangent of the input ``name`` without its declared structure (not symmetric), the
     same for every run: seeded by the input's name and the instance's tangent."""
@@ -369,6 +390,7 @@ def _is_complex_env(env) -> bool:
 _KINDS = {
     "equation": _equation,
     "forward": _forward,
+    "extension": _extension,
     "dot_product": _dot_product,
     "adjoint": _adjoint,
     "gauge": _gauge,

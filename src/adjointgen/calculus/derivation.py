@@ -152,6 +152,16 @@ class ForwardSpec:
     host: bool = False
 
 
+@dataclass(frozen=True)
+class Extension:
+    """What :meth:`Derivation.extend` declared: ``function(derived, *inputs, **options)`` and its
+    keyword options ``(name, default)``."""
+
+    function: ForwardRef
+    options: tuple[tuple[str, object], ...]
+    line: int | None
+
+
 @dataclass(frozen=True, eq=False)
 class Check:
     """What a step's numeric audit checks: ``kind`` and the expressions it needs (``args``).
@@ -353,6 +363,7 @@ class Derivation:
         self.symmetric_inputs: set[str] = set()
         self.api_output_order: list[str] | None = None
         self.forward_spec: ForwardSpec | None = None
+        self.extension: Extension | None = None
         self.positive_definite_inputs: set[str] = set()
         #: output name -> (name in the public API, form): form "adjoint" means the public value
         #: (and the forward's) is the conjugate transpose of the symbol (``Vh`` for ``V``)
@@ -584,6 +595,42 @@ class Derivation:
         self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
                      note=("the outputs of the declared host forward satisfy every identity" if host is not None
                            else "the outputs of the declared forwards (NumPy's, torch's) satisfy every identity"))
+
+    def extend(self, function, *, options=None, label="the public function beyond the derived domain"):
+        """Declare how the public function reaches inputs outside the domain the rules were derived on,
+        by composing the derived function with differentiable array operations: the left polar
+        decomposition ``A = P U`` is the right one of ``A^H`` transposed.
+
+        ``function(derived, *inputs, **options)`` receives ``derived``, the generated public function
+        of this derivation (checks, rules and all), and returns what the public function returns.  It
+        must use only what every backend's arrays have (``.shape``, ``.conj()``, ``.swapaxes``,
+        ``@``, arithmetic) and call ``derived`` within its domain: then every derivative, to every
+        order, is the derived rules' composed by the backend's own differentiation.  ``options``
+        (``{name: default}``) become keyword arguments of the generated public function, before the
+        forward's; with their defaults, ``function`` must be ``derived`` itself (the audit checks
+        that on every instance).  The cases beyond the domain rest on the composition, which no
+        identity of the derivation states: test them against an independent reference.
+
+        Records: a ``forward`` step (a premise).  Numeric check: on every instance, ``function``
+        with its default options, composed with the NumPy forward, gives the forward's outputs."""
+        line = self._line()
+        where = f"{self.path}:{line or '?'}"
+        if self.forward_spec is None:
+            raise DerivationError(f"{where}: extend() composes the derived function: declare d.forward first")
+        ref = ForwardRef.parse(function, "extension", where)
+        opts = tuple((k, v) for k, v in (options or {}).items())
+        taken = {s.name for s in self.inputs} | set(self.forward_options)
+        for k, v in opts:
+            if not k.isidentifier() or k in taken:
+                raise DerivationError(f"{where}: option name {k!r} is not an identifier or clashes with an input "
+                                      "or a forward option")
+            if not isinstance(v, (type(None), bool, int, float, str)):
+                raise DerivationError(f"{where}: option {k!r} default must be None, a bool, number or string")
+        self.extension = Extension(ref, opts, line)
+        self._record("forward", f"{label}: {ref.name}", None, check=Check("extension"),
+                     symbolic=_premise("a composition of the derived function, outside the derivation"),
+                     note="with its default options it is the derived function on every instance; "
+                          "elsewhere it rests on the composition (tested against a reference)")
 
     @property
     def gauge_parameters(self) -> list[MatrixSymbol]:

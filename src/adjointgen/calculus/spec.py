@@ -87,6 +87,8 @@ class OperationSpec:
     functions: Mapping[str, sp.FunctionClass]
     instantiations: Mapping[str, tuple[dict, tuple]]
     forward_spec: object  # ForwardSpec | None (frozen)
+    #: :meth:`Derivation.extend`: the public function beyond the derived domain (``Extension`` | None)
+    extension: object
     gauges: tuple  # Gauge, in declaration order
     gauge_rules: Mapping[str, object]  # gauge name -> Rule of its residual
     cluster_meaning: Mapping[str, str]
@@ -178,7 +180,7 @@ def freeze(d) -> OperationSpec:
         symmetric_inputs=frozenset(d.symmetric_inputs), positive_definite_inputs=frozenset(d.positive_definite_inputs),
         auxiliary_outputs=frozenset(d.auxiliary_outputs), hidden_outputs=frozenset(d.hidden_outputs), constant_outputs=frozenset(d.constant_outputs),
         functions=_frozen_map(d.functions), instantiations=_frozen_map(d.instantiations),
-        forward_spec=d.forward_spec, gauges=tuple(d.gauges), gauge_rules=_frozen_map(d.gauge_rules),
+        forward_spec=d.forward_spec, extension=d.extension, gauges=tuple(d.gauges), gauge_rules=_frozen_map(d.gauge_rules),
         cluster_meaning=_frozen_map(d.cluster_meaning),
         cluster_completion=_frozen_map(d.cluster_completion, lambda v: tuple(v) if not isinstance(v, str) else v),
         steps=tuple(d.steps), jvp=d.jvp, vjp=d.vjp, real_jvp=d.real_jvp, real_vjp=d.real_vjp, variants=tuple(d.variants),

@@ -327,6 +327,11 @@ class PublicIR:
     #: the operation has clusters of equal values: keyword options ``cluster_rtol``, ``broadening``
     degeneracy: bool = False
     degeneracy_options: tuple[tuple[str, str], ...] = (("cluster_rtol", "None"), ("broadening", "None"))
+    #: :meth:`Derivation.extend`: the function that reaches beyond the derived domain, its keyword
+    #: options (name, default as Python source) and its docstring
+    extension: ForwardIR | None = None
+    extension_options: tuple[tuple[str, str], ...] = ()
+    extension_doc: str = ""
 
     @property
     def rule_shapes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:

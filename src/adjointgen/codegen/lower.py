@@ -988,7 +988,16 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
             outputs.append(OutputIR(api[s.name], public, "adjoint", tuple(reversed(dims_of(s))), *flags))
         else:
             outputs.append(OutputIR(api[s.name], public, "matrix", dims_of(s), *flags))
+    ext = d.extension
+    extension = {}
+    if ext is not None:
+        import inspect
+
+        doc = inspect.getdoc(ext.function.resolve()) or ""
+        extension = dict(extension=ForwardIR(ext.function.module, ext.function.attr),
+                         extension_options=tuple((k, repr(v)) for k, v in ext.options), extension_doc=doc)
     return PublicIR(
+        **extension,
         torch_forward=ref(spec.numpy if spec.host else spec.torch),
         numpy_forward=ref(spec.numpy),
         options=tuple((k, repr(v)) for k, v in spec.options),
