@@ -91,3 +91,42 @@ def test_cholesky_ex_and_inv_ex_report_failures_as_torch_does():
     (g,) = torch.autograd.grad(X.sum(), B)
     (gt,) = torch.autograd.grad(torch.linalg.inv(B).sum(), B)
     torch.testing.assert_close(g, gt)
+
+
+def test_solve_ex_and_lu_factor_ex_report_failures_as_torch_does():
+    S = torch.zeros(2, 3, 3, dtype=f64)
+    S[0] = torch.eye(3)
+    B = torch.randn(2, 3, 2, dtype=f64)
+    X, info = agt.solve_ex(S, B)
+    assert torch.equal(info, torch.linalg.solve_ex(S, B).info) and info.dtype == torch.int32
+    torch.testing.assert_close(X[0], B[0])
+    LU, piv, info = agt.lu_factor_ex(S)
+    assert torch.equal(info, torch.linalg.lu_factor_ex(S).info)
+    for f in (lambda: agt.solve_ex(S, B, check_errors=True), lambda: agt.lu_factor_ex(S, check_errors=True)):
+        with pytest.raises(adjointgen.SingularMatrixError):
+            f()
+    # invertible: the derived rules, torch's values and gradients; info of A's batch shape also where B broadcasts
+    A = (torch.randn(2, 4, 4, dtype=f64) + 4 * torch.eye(4, dtype=f64)).requires_grad_()
+    Bv = torch.randn(5, 2, 4, 3, dtype=f64)
+    X, info = agt.solve_ex(A, Bv, left=True)
+    Xt, infot = torch.linalg.solve_ex(A, Bv)
+    assert info.shape == infot.shape and not info.any()
+    (g,) = torch.autograd.grad(X.sum(), A)
+    (gt,) = torch.autograd.grad(Xt.sum(), A)
+    torch.testing.assert_close(g, gt)
+    LU, piv, info = agt.lu_factor_ex(A)
+    LUt, pivt, infot = torch.linalg.lu_factor_ex(A)
+    torch.testing.assert_close(LU, LUt)
+    assert torch.equal(piv, pivt) and torch.equal(info, infot)
+    (g,) = torch.autograd.grad((LU ** 2).sum(), A)
+    (gt,) = torch.autograd.grad((LUt ** 2).sum(), A)
+    torch.testing.assert_close(g, gt)
+
+
+def test_every_torch_linalg_function_is_here():
+    """``adjointgen.torch`` stands in for the whole ``torch.linalg`` namespace: the decompositions and
+    solves with derived rules, the rest as torch has them."""
+    names = [n for n in dir(torch.linalg) if not n.startswith("_") and callable(getattr(torch.linalg, n))
+             and not isinstance(getattr(torch.linalg, n), type)]
+    assert not [n for n in names if not hasattr(agt, n)]
+    assert agt.matrix_norm is torch.linalg.matrix_norm and agt.solve is not torch.linalg.solve

@@ -287,6 +287,20 @@ ROUTES: dict[str, dict[str, Route]] = {
         "torch": Route(lambda A: agt.inv_ex(A)[1], lambda A: torch.linalg.inv_ex(A)[1],
                        lambda: (torch.zeros(3, 3, dtype=D),), {("inv_ex", "torch")}, grad=()),
     },
+    "solve_ex": {
+        "derived": Route(lambda A, B: agt.solve_ex(A, B)[0], lambda A, B: torch.linalg.solve_ex(A, B)[0],
+                         lambda: (randn(4, 4, seed=59) + 4 * torch.eye(4, dtype=D), randn(4, 2, seed=60)),
+                         {("solve_ex", "derived"), ("solve", "left_matrix")}, grad=(0, 1)),
+        "torch": Route(lambda A, B: agt.solve_ex(A, B)[1], lambda A, B: torch.linalg.solve_ex(A, B)[1],
+                       lambda: (torch.zeros(3, 3, dtype=D), randn(3, 1, seed=61)),
+                       {("solve_ex", "torch"), ("solve", "left_matrix")}, grad=()),
+    },
+    "lu_factor_ex": {
+        "derived": Route(lambda A: agt.lu_factor_ex(A)[0], lambda A: torch.linalg.lu_factor_ex(A)[0],
+                         lambda: (randn(4, 4, seed=62) + 4 * torch.eye(4, dtype=D),), {("lu_factor_ex", "derived")}),
+        "torch": Route(lambda A: agt.lu_factor_ex(A)[2], lambda A: torch.linalg.lu_factor_ex(A)[2],
+                       lambda: (torch.zeros(3, 3, dtype=D),), {("lu_factor_ex", "torch")}, grad=()),
+    },
     "partial_eigh": {
         # the partial solvers' routes: the derivative is the same rule; each against the full eigh
         "dense": Route(lambda A: (lambda w, V: (w, V @ V.mH))(*agt.eigsh(A, 2)),

@@ -30,7 +30,8 @@ from .runtime import routes as _routes
 from .runtime import spectral as _spectral
 
 __all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
-           "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex"]
+           "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex", "lu_factor_ex",
+           "solve_ex"]
 
 
 def cholesky(A: torch.Tensor, *, upper: bool = False) -> torch.Tensor:
@@ -497,6 +498,68 @@ def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
         return torch.linalg.inv_ex(A)
     _routes.taken("inv_ex", "derived")
     return torch.return_types.linalg_inv_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
+
+
+def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_errors: bool = False):
+    """``(result, info)`` as :func:`torch.linalg.solve_ex`: ``info`` (int32, batch-shaped) is 0 where
+    ``A`` is invertible and the index of the first zero pivot of its LU factorization otherwise.
+    Where every ``A`` is invertible the result is :func:`solve`'s, with its derived rule; where one is
+    not, ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the result
+    is torch's own (meaningful only where ``info == 0``, as in torch).
+
+    Raises:
+        ValueError: as :func:`solve` (shapes, NaN/Inf, dtypes).
+    """
+    from .runtime.checks import SingularMatrixError
+
+    try:
+        X = solve(A, B, left=left)
+    except SingularMatrixError:
+        if check_errors:
+            raise
+        _routes.taken("solve_ex", "torch")
+        return torch.linalg.solve_ex(A, B, left=left)
+    _routes.taken("solve_ex", "derived")
+    # torch's info has A's batch shape (one LU per A), also where B broadcasts it
+    return torch.return_types.linalg_solve_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
+
+
+def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = False):
+    """``(LU, pivots, info)`` as :func:`torch.linalg.lu_factor_ex`: ``info`` (int32, batch-shaped) is 0
+    where ``U`` has no zero pivot and the index of the first one otherwise.  Where no ``U`` has one
+    the factors are :func:`lu_factor`'s, with the derived rules of :func:`lu`; where one has,
+    ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the result is
+    torch's own (the factorization exists, but a derivative through ``U^-1`` does not).
+
+    Raises:
+        ValueError: as :func:`lu_factor` (not floating, NaN/Inf).
+    """
+    from .runtime.checks import SingularMatrixError
+
+    try:
+        LU, pivots = lu_factor(A, pivot=pivot)
+    except SingularMatrixError:
+        if check_errors:
+            raise
+        _routes.taken("lu_factor_ex", "torch")
+        return torch.linalg.lu_factor_ex(A, pivot=pivot)
+    _routes.taken("lu_factor_ex", "derived")
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return torch.return_types.linalg_lu_factor_ex((LU, pivots, info))
+
+
+#: the rest of ``torch.linalg``, as torch has them, so that ``adjointgen.torch`` stands in for the
+#: whole namespace: none differentiates through a decomposition whose derivative divides by a gap
+#: (the spectral norms and ``cond`` use singular values alone, whose derivative ``U diag(g) V^H``
+#: has no quotient; ``matrix_rank`` has none; the rest are products, norms and solves)
+cond, cross, diagonal, householder_product = (torch.linalg.cond, torch.linalg.cross, torch.linalg.diagonal,
+                                              torch.linalg.householder_product)
+ldl_factor, ldl_factor_ex, ldl_solve = torch.linalg.ldl_factor, torch.linalg.ldl_factor_ex, torch.linalg.ldl_solve
+matmul, matrix_norm, matrix_power, matrix_rank = (torch.linalg.matmul, torch.linalg.matrix_norm,
+                                                  torch.linalg.matrix_power, torch.linalg.matrix_rank)
+multi_dot, norm, tensorinv, tensorsolve = torch.linalg.multi_dot, torch.linalg.norm, torch.linalg.tensorinv, \
+    torch.linalg.tensorsolve
+vander, vecdot, vector_norm = torch.linalg.vander, torch.linalg.vecdot, torch.linalg.vector_norm
 
 
 def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, maxiter: int | None = None,
