@@ -125,9 +125,17 @@ from .composite.jax_dropins import (  # noqa: E402,F811
 from .composite import jax_lax as lax  # noqa: E402  (jax.lax.linalg's signatures)
 from .composite import jax_scipy as scipy  # noqa: E402  (jax.scipy.linalg's signatures)
 
+# the rest of jax.numpy.linalg as JAX has it (none differentiates through a quotient of gaps: the
+# spectral norms and cond use singular values alone), so that agj stands in for the namespace
+from jax.numpy.linalg import (  # noqa: E402
+    cond, cross, diagonal, matmul, matrix_norm, matrix_power, matrix_rank, matrix_transpose, multi_dot, norm, outer,
+    tensordot, tensorinv, tensorsolve, trace, vecdot, vector_norm)
+
+_AS_JAX = ["cond", "cross", "diagonal", "matmul", "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose",
+           "multi_dot", "norm", "outer", "tensordot", "tensorinv", "tensorsolve", "trace", "vecdot", "vector_norm"]
 _DROPINS = ["eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals", "qr", "cholesky", "solve", "solve_triangular",
             "lstsq", "lu", "slogdet", "pinv", "det", "inv", "lax", "scipy", "EighResult", "EigResult", "QRResult", "SlogdetResult", "SVDResult"]
-__all__ = sorted({*_FUNCTIONS, *_DROPINS, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds",
+__all__ = sorted({*_FUNCTIONS, *_DROPINS, *_AS_JAX, "errors_in_jit", "expm", "logm", "sqrtm", "powm", "eigsh", "svds",
                   "funm"})
 del _FUNCTIONS
 

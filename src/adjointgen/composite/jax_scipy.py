@@ -12,11 +12,15 @@ JAX does.
 from __future__ import annotations
 
 from ..generated.jax import matrix_exp as _matrix_exp
+from ..generated.jax import polar as _polar
+from ..generated.jax import schur as _schur
+from ..generated.jax import solve_sylvester as _solve_sylvester
 from ..generated.jax import sqrtm_general as _sqrtm_general
 from . import jax_dropins as _d
 from . import jax_lax as _lax
 
-__all__ = ["cholesky", "det", "eigh", "expm", "inv", "lu", "qr", "solve", "solve_triangular", "sqrtm", "svd"]
+__all__ = ["cholesky", "det", "eigh", "expm", "inv", "lu", "polar", "qr", "schur", "solve", "solve_sylvester",
+           "solve_triangular", "sqrtm", "svd"]
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -111,3 +115,36 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
     out = _d.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
     return tuple(out) if compute_uv else out
 
+
+def schur(a, output="real"):
+    """``(T, Z)`` with ``a = Z T Z^H``, as ``jax.scipy.linalg.schur`` (which has no derivative): the rules
+    of ``derivations/schur.py`` (a loss must not depend on the phases of ``Z``'s columns; repeated
+    eigenvalues, and the real form's ``2 x 2`` blocks, raise in the derivative)."""
+    return _schur.schur(_d.as_inexact(a), output=output)
+
+
+def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None):
+    """``(unitary, posdef)``, as ``jax.scipy.linalg.polar``: the rules of ``derivations/polar.py``
+    (no division by gaps: exact at repeated singular values, at an orthogonal ``a`` too); the forward
+    is SciPy's on the host whatever ``method`` (``eps`` and ``max_iterations`` tune JAX's iteration
+    only)."""
+    del method, eps, max_iterations
+    return _polar.polar(_d.as_inexact(a), side=side)
+
+
+def solve_sylvester(A, B, C, *, method="schur", tol=1e-8):
+    """``X`` with ``A X + X B = C``, as ``jax.scipy.linalg.solve_sylvester``, with the rules of
+    ``derivations/solve_sylvester.py`` (one Sylvester solve in the derivative).  A singular equation
+    (an eigenvalue of ``A`` the negative of one of ``B``) raises naming them where JAX returns NaN
+    above ``tol``."""
+    del method, tol
+    return _solve_sylvester.solve_sylvester(*(_d.as_inexact(x) for x in (A, B, C)))
+
+
+# the rest of jax.scipy.linalg as JAX has it, so that ``agj.scipy`` stands in for the namespace: matrix
+# constructors, and factorizations whose JAX derivative divides by no gap (``cho_factor``, ``lu_factor``
+# and their solves) or that JAX does not differentiate (``eigh_tridiagonal``, ``hessenberg``, ``funm``)
+from jax.scipy.linalg import (  # noqa: E402
+    block_diag, cho_factor, cho_solve, circulant, companion, convolution_matrix, dft, eigh_tridiagonal, expm_frechet,
+    fiedler, fiedler_companion, funm, hadamard, hankel, helmert, hessenberg, hilbert, invhilbert, invpascal, leslie,
+    lu_factor, lu_solve, pascal, qr_multiply, rsf2csf, toeplitz)
