@@ -198,3 +198,19 @@ def test_jax_second_order_both_modes():
         return jnp.abs(T), jnp.diagonal(T), Z[:, :2] @ Z[:, :2].conj().T
 
     check_grads(invariant, (jnp.asarray(distinct(3, 14, torch.complex128).numpy()),), order=2, modes=("fwd", "rev"))
+
+
+def test_host_computations_run_numpys_blas_on_one_thread_and_restore_it():
+    """runtime.host.single_threaded_blas: OpenBLAS on one thread for a host computation between torch's
+    CPU operations (both pools contending for the cores cost 10-50x on 2 cores), its setting after."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from adjointgen.runtime.host import single_threaded_blas
+
+    def blas_threads():
+        return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas_threads()
+    assert before
+    with single_threaded_blas():
+        assert set(blas_threads().values()) == {1}
+    assert blas_threads() == before

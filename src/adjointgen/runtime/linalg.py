@@ -84,8 +84,12 @@ def _bartels_stewart(A, B, C):
 
     from .checks import host_arrays
 
+    from .host import single_threaded_blas
+
     a, b, c = host_arrays("sylvester (general A, B)", A, B, C)
-    return torch.from_numpy(on_host(numpy, a, b, c, hermitian=False)).to(device=C.device)
+    with single_threaded_blas():
+        X = on_host(numpy, a, b, c, hermitian=False)
+    return torch.from_numpy(X).to(device=C.device)
 
 
 class _SylvesterSolve(torch.autograd.Function):
