@@ -8,6 +8,7 @@ import pytest
 import scipy.linalg
 import torch
 
+import adjointgen
 import adjointgen.torch as agt
 from adjointgen import PhaseDependentLossError
 from adjointgen.runtime.checks import SingularMatrixError
@@ -214,3 +215,29 @@ def test_host_computations_run_numpys_blas_on_one_thread_and_restore_it():
     with single_threaded_blas():
         assert set(blas_threads().values()) == {1}
     assert blas_threads() == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128, torch.float32])
+@pytest.mark.parametrize("upper", [True, False])
+def test_triangular_sylvester_block_solve_is_the_column_solve(dtype, upper):
+    """runtime.linalg.triangular_sylvester_solve: LAPACK's block solve on the host where no derivative of
+    the solve is taken (a first-order backward), the differentiable column solve where one is; the
+    same solution of tril(X T - T X, -1) = tril(C, -1), batched, odd and even sizes."""
+    from adjointgen.runtime.linalg import triangular_sylvester_solve
+
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 2, 7, 16):
+        T = torch.randn(3, n, n, dtype=dtype, generator=g).triu() + torch.diag(torch.arange(n, dtype=torch.float64) * 2).to(dtype)
+        T = T if upper else T.mT
+        C = torch.randn(3, n, n, dtype=dtype, generator=g)
+        with torch.no_grad():
+            blocks = triangular_sylvester_solve(T, C, upper=upper)
+        columns = triangular_sylvester_solve(T.clone().requires_grad_(), C, upper=upper).detach()
+        tol = 1e-4 if dtype == torch.float32 else 1e-11
+        assert blocks.dtype == columns.dtype == dtype and torch.equal(blocks, blocks.tril(-1))
+        assert torch.allclose(blocks, columns, atol=tol, rtol=tol)
+        R = (blocks @ T - T @ blocks).tril(-1)
+        assert torch.allclose(R, C.tril(-1), atol=10 * tol, rtol=tol)
+    T = torch.diag(torch.tensor([1.0, 2.0, 1.0], dtype=torch.float64))
+    with torch.no_grad(), pytest.raises(adjointgen.SingularMatrixError, match="equal to rounding"):
+        triangular_sylvester_solve(T, torch.ones(3, 3, dtype=torch.float64))

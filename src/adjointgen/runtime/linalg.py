@@ -432,7 +432,11 @@ def triangular_sylvester_solve(T, C, upper: bool = True):
     ``T^H``).  Column by column for upper ``T``,
     ``(T_jj I - T[j+1:, j+1:]) x_j = C[j+1:, j] - X[j+1:, :j] T[:j, j]``; row by row for lower ``T``,
     ``x_i (T[:i, :i] - T_ii I) = C[i, :i] + T[i, :i] X[:i, :i]``: ``n - 1`` triangular solves, made of
-    torch operations without in-place updates, so every derivative (and ``vmap``) is torch's.
+    torch operations without in-place updates, so every derivative (and ``vmap``) is torch's.  Where no
+    derivative of the solve can be taken (no graph recorded, no forward-mode tangent, no ``torch.func``
+    transform: a first-order backward) and the tensors are on the CPU, LAPACK's block solve on the host
+    instead (:func:`adjointgen.runtime.xp.triangular_sylvester_blocks`: the same solution, ``O(n^3)`` in
+    LAPACK where the loop takes ``n`` Python steps).
 
     Raises:
         ValueError: ``T`` is not triangular on that side (a ``2 x 2`` block of a real Schur form).
@@ -450,6 +454,15 @@ def triangular_sylvester_solve(T, C, upper: bool = True):
     n = T.shape[-1]
     if n < 2:
         return torch.zeros_like(C)
+    if plain is not None and not _recorded(T, C) and T.device.type == C.device.type == "cpu":
+        import numpy
+
+        from .host import single_threaded_blas
+        from .xp import triangular_sylvester_blocks
+
+        with torch.no_grad(), single_threaded_blas():
+            X = triangular_sylvester_blocks(T.resolve_conj().numpy(), C.resolve_conj().numpy(), upper)
+        return torch.from_numpy(numpy.ascontiguousarray(X))
     eye = torch.eye(n, dtype=dtype, device=T.device)
     zeros = lambda k: torch.zeros(*batch, k, dtype=dtype, device=T.device)  # noqa: E731
     parts = []
@@ -472,6 +485,16 @@ def triangular_sylvester_solve(T, C, upper: bool = True):
         x = torch.linalg.solve_triangular(M, rhs[..., None, :], upper=False, left=False)[..., 0, :]  # x M = r
         parts.append(torch.cat([x, zeros(n - i)], -1))
     return torch.stack(parts, -2)
+
+
+def _recorded(*tensors) -> bool:
+    """Whether a derivative of an operation on ``tensors`` can be taken: a graph is recorded, one of
+    them carries a forward-mode tangent, or a ``torch.func`` transform wraps it."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return any((wrapped is None or wrapped(t)) or torch.autograd.forward_ad.unpack_dual(t).tangent is not None
+               for t in tensors)
 
 
 def _check_triangular_spectrum(T, upper: bool) -> None:

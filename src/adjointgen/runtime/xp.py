@@ -689,6 +689,8 @@ def triangular_sylvester_solve(xp, T, C, upper: bool = True):
     C = xp.broadcast_to(xp.asarray(C, dtype=dtype), batch + tuple(C.shape[-2:]))
     if concrete:
         check_triangular_spectrum(xp, T, upper)
+    if xp is numpy:  # no derivative of the solve is taken here: LAPACK's blocks
+        return triangular_sylvester_blocks(T, C, upper)
     n = T.shape[-1]
     if n < 2:
         return xp.zeros(batch + (n, n), dtype=dtype)
@@ -713,6 +715,56 @@ def triangular_sylvester_solve(xp, T, C, upper: bool = True):
         x = _solve_triangular_vector(xp, M, rhs, upper=True)
         parts.append(xp.concatenate([x, xp.zeros(batch + (n - i,), dtype=dtype)], axis=-1))
     return xp.stack(parts, axis=-2)
+
+
+def triangular_sylvester_blocks(T, C, upper: bool = True):
+    """:func:`triangular_sylvester_solve` on host (NumPy) matrices by halving, LAPACK's ``trsyl`` for the
+    off-diagonal blocks: ``O(n^3)`` in LAPACK, where the column-by-column solve takes ``n`` Python
+    steps.  With ``T = [[T11, T12], [0, T22]]`` (upper) the strictly lower ``X`` has the full block
+    ``X21`` with ``X21 T11 - T22 X21 = C21`` (a Sylvester equation with triangular coefficients),
+    then ``X11`` and ``X22`` solve the same problem for ``T11`` and ``C11 + T12 X21``, ``T22`` and
+    ``C22 - X21 T12``.  For lower ``T = [[T11, 0], [T21, T22]]`` the diagonal blocks come first and
+    ``X21 T11 - T22 X21 = C21 - X22 T21 + T21 X11``.  Batched (a loop on the host); no check of
+    the spectrum (:func:`check_triangular_spectrum` says where it is singular)."""
+    import scipy.linalg
+
+    batch = numpy.broadcast_shapes(T.shape[:-2], C.shape[:-2])
+    dtype = numpy.result_type(T, C, numpy.float32)
+    T = numpy.broadcast_to(numpy.asarray(T, dtype=dtype), batch + T.shape[-2:])
+    C = numpy.broadcast_to(numpy.asarray(C, dtype=dtype), batch + C.shape[-2:])
+    out = numpy.zeros(batch + C.shape[-2:], dtype=dtype)
+    if not out.size:
+        return out
+    trsyl, = scipy.linalg.get_lapack_funcs(("trsyl",), (numpy.zeros((1, 1), dtype=dtype),))
+
+    def sylvester(A, B, R):  # X with A X - X B = R, A and B upper triangular
+        X, scale, info = trsyl(A, B, R, isgn=-1)
+        if info < 0:  # pragma: no cover - an argument error of ours
+            raise ValueError(f"trsyl: illegal value in argument {-info}")
+        return X / scale
+
+    def solve(t, c):
+        n = t.shape[-1]
+        if n < 2:
+            return numpy.zeros_like(c)
+        k = n // 2
+        x = numpy.zeros_like(c)
+        if upper:
+            # X21 T11 - T22 X21 = C21  <=>  T22 X21 - X21 T11 = -C21
+            x[k:, :k] = sylvester(t[k:, k:], t[:k, :k], -c[k:, :k])
+            x[:k, :k] = solve(t[:k, :k], c[:k, :k] + t[:k, k:] @ x[k:, :k])
+            x[k:, k:] = solve(t[k:, k:], c[k:, k:] - x[k:, :k] @ t[:k, k:])
+        else:
+            x[:k, :k] = solve(t[:k, :k], c[:k, :k])
+            x[k:, k:] = solve(t[k:, k:], c[k:, k:])
+            r = c[k:, :k] - x[k:, k:] @ t[k:, :k] + t[k:, :k] @ x[:k, :k]
+            # X21 T11 - T22 X21 = R  <=>  T11^T X21^T - X21^T T22^T = R^T (upper coefficients)
+            x[k:, :k] = sylvester(t[:k, :k].T, t[k:, k:].T, r.T).T
+        return x
+
+    for index in numpy.ndindex(*batch):
+        out[index] = numpy.tril(solve(numpy.ascontiguousarray(T[index]), numpy.array(C[index])), -1)
+    return out
 
 
 def _is_jax(xp) -> bool:
