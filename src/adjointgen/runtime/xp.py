@@ -424,13 +424,11 @@ def _schur_eigenvalues(T):
     w = T.diagonal().astype(numpy.result_type(T, numpy.complex64))
     if numpy.iscomplexobj(T) or n < 2:
         return w
-    i = 0
-    while i < n - 1:
-        if T[i + 1, i] != 0:
-            w[i:i + 2] = numpy.linalg.eigvals(T[i:i + 2, i:i + 2])
-            i += 2
-        else:
-            i += 1
+    starts = numpy.flatnonzero(T.diagonal(-1))  # a block's subdiagonal entry; blocks never overlap
+    if starts.size:  # [[a, b], [c, d]]: (a + d)/2 +- sqrt(((a - d)/2)^2 + b c), in closed form
+        a, b, c, d = (T[starts + i, starts + j] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)))
+        mean, root = (a + d) / 2, numpy.sqrt((((a - d) / 2) ** 2 + b * c).astype(w.dtype))
+        w[starts], w[starts + 1] = mean + root, mean - root
     return w
 
 
