@@ -208,11 +208,6 @@ class Rule:
     rewritten: dict[str, sp.MatrixExpr]
     sources: dict[str, Source] = field(default_factory=dict)
 
-    @property
-    def code(self) -> dict[str, sp.MatrixExpr]:
-        """The former name of :attr:`rewritten` (it holds SymPy expressions, not source code)."""
-        return self.rewritten
-
 
 @dataclass(frozen=True)
 class Variant:

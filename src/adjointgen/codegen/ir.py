@@ -164,11 +164,6 @@ class PairwiseFn:
     def needs_clusters(self) -> bool:
         return self.indicator or self.masked
 
-    @property
-    def mask_param(self) -> str:
-        """The rule parameter holding the cluster mask of this matrix's vector."""
-        return f"{self.vector}_clusters"
-
 
 @dataclass(frozen=True)
 class InstanceIR:

@@ -563,11 +563,10 @@ def lower_derivation(d: OperationSpec, root: str, package: str = "adjointgen.gen
                               for name, kind in zip(names, ("lu", "pivots")))
         option_params = (Param("cluster_rtol", "__cluster_rtol", "option", "option"),) if b.masks_used else ()
         option_params += (Param("broadening", "__broadening", "option", "option"),) if b.broadening_used else ()
-        mask_params = ()
         return RuleIR(
             name=f"{d.name}_{kind_}{suffix}",
             kind=kind_,
-            params=tuple(params.values()) + factor_params + mask_params + option_params,
+            params=tuple(params.values()) + factor_params + option_params,
             outputs=tuple(outs),
             values=values,
             formulas=tuple((out_names[k], formula(formulas[k], rename, complex_)) for k in sorted(formulas, key=lambda k: list(out_names).index(k))),

@@ -1,4 +1,4 @@
-"""Degenerate spectra, round two (issue 18): every solver, LAPACK's special bases, spectral losses
+"""Degenerate spectra across the catalogue: every solver, LAPACK's special bases, spectral losses
 through the outputs, partial solvers' clusters and cuts, the null space of a thin SVD, transforms."""
 import sys
 from pathlib import Path
