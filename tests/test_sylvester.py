@@ -290,3 +290,35 @@ def test_solve_sylvester_and_lyapunov_jax():
                 modes=("fwd", "rev"))
     with pytest.raises(SingularMatrixError):
         agj.solve_continuous_lyapunov(jnp.asarray([[0.0, 1.0], [-1.0, 0.0]]), jnp.eye(2))
+
+
+@pytest.mark.parametrize("complex_", [False, True])
+def test_the_adjoint_solve_reuses_the_forwards_schur_forms(complex_, monkeypatch):
+    """runtime.xp.bartels_stewart keeps the Schur forms of recent matrices by content: the backward's
+    solve with A^H, B^H (Q S^H Q^H: trsyl with S^H) computes none, and every combination of a matrix and
+    the conjugate transpose of a cached one solves the equation."""
+    import scipy.linalg
+
+    from adjointgen.runtime import xp
+
+    rng = np.random.default_rng(3 + complex_)
+
+    def mat(n, m, shift=0.0):
+        x = rng.standard_normal((n, m)) + (1j * rng.standard_normal((n, m)) if complex_ else 0)
+        return x + shift * np.eye(n, m)
+
+    A, B, C = mat(5, 5, 3.0), mat(3, 3, 3.0), mat(5, 3)
+    xp.bartels_stewart(A, B, C)  # the forward: both forms cached
+    calls = []
+    real_schur = scipy.linalg.schur
+    monkeypatch.setattr(scipy.linalg, "schur", lambda *a, **k: calls.append(a) or real_schur(*a, **k))
+    for a, b in [(A.conj().T, B.conj().T), (A, B), (A.conj().T, B), (A, B.conj().T)]:
+        X = xp.bartels_stewart(a, b, C)
+        assert np.abs(a @ X + X @ b - C).max() < 1e-12
+    assert not calls
+    S = mat(4, 4, 3.0)
+    Q = mat(4, 4)
+    for a, b in [(S, S.conj().T), (S.conj().T, S), (S.conj().T, S.conj().T)]:  # Lyapunov's pairs
+        X = xp.bartels_stewart(a, b, Q)
+        assert np.abs(a @ X + X @ b - Q).max() < 1e-12
+    assert len(calls) == 1  # S's form, once

@@ -432,11 +432,49 @@ def _schur_eigenvalues(T):
     return w
 
 
+#: Schur forms of recent host matrices, by content: a backward's Sylvester solve with ``A^H``, ``B^H``
+#: (the adjoint of the forward's) reads the forward's forms of ``A``, ``B`` (``A^H = Q S^H Q^H``) instead
+#: of computing them again; at most ``_SCHUR_CACHE_SIZE`` entries and ``_SCHUR_CACHE_BYTES`` in all
+_SCHUR_CACHE: dict = {}
+_SCHUR_CACHE_SIZE, _SCHUR_CACHE_BYTES = 8, 1 << 27
+
+
+def _content_key(x, kind):
+    import hashlib
+
+    return x.shape, x.dtype.str, kind, hashlib.blake2b(numpy.ascontiguousarray(x).tobytes(), digest_size=16).digest()
+
+
+def _schur_form(x, kind):
+    """``(S, Q, op)`` with ``x = Q op(S) Q^H`` (``op``: LAPACK's ``"N"``, or ``"C"``/``"T"`` where ``x``
+    is the conjugate transpose of a matrix whose form is cached)."""
+    import scipy.linalg
+
+    hit = _SCHUR_CACHE.get(_content_key(x, kind))
+    if hit is not None:
+        return (*hit, "N")
+    hit = _SCHUR_CACHE.get(_content_key(x.conj().T, kind))
+    if hit is not None:
+        return (*hit, "C" if kind == "complex" else "T")
+    S, Q = scipy.linalg.schur(x, output=kind)
+    if 2 * S.nbytes <= _SCHUR_CACHE_BYTES // _SCHUR_CACHE_SIZE:
+        while len(_SCHUR_CACHE) >= _SCHUR_CACHE_SIZE:
+            _SCHUR_CACHE.pop(next(iter(_SCHUR_CACHE)))  # the oldest
+        _SCHUR_CACHE[_content_key(x, kind)] = (S, Q)
+    return S, Q, "N"
+
+
+def _adjoint_op(op, kind):
+    return ("C" if kind == "complex" else "T") if op == "N" else "N"
+
+
 def bartels_stewart(a, b, c, where=None):
     """``X`` with ``a X + X b = c`` for one pair of general square host (NumPy) matrices
     (Bartels-Stewart): the Schur forms ``a = Q S Q^H``, ``b = R T R^H``, LAPACK's triangular solve
     ``S Y + Y T = Q^H c R`` (``trsyl``), ``X = Q Y R^H``.  ``b`` equal to ``a`` or to ``a^H`` (the
-    square root's and the Lyapunov equation's) takes one Schur form, not two.  Real data stays real
+    square root's and the Lyapunov equation's) takes one Schur form, not two; a form computed for a
+    recent call is reused, also for the conjugate transpose (``a^H = Q S^H Q^H``: ``trsyl`` solves
+    with ``S^H``), so the adjoint solve of a backward computes none.  Real data stays real
     (quasi-triangular Schur forms).
 
     Raises:
@@ -451,19 +489,19 @@ def bartels_stewart(a, b, c, where=None):
     if not n or not m:
         return numpy.zeros((n, m), dtype=dtype)
     kind = "complex" if numpy.iscomplexobj(a) else "real"
-    S, Q = scipy.linalg.schur(a, output=kind)
+    S, Q, opa = _schur_form(a, kind)
     if b is a or (n == m and numpy.array_equal(b, a)):
-        T, R, op = S, Q, "N"
+        T, R, opb = S, Q, opa
     elif n == m and numpy.array_equal(b, a.conj().T):
-        T, R, op = S, Q, "C" if kind == "complex" else "T"  # b = Q S^H Q^H
+        T, R, opb = S, Q, _adjoint_op(opa, kind)  # b = Q op(S)^H Q^H
     else:
-        (T, R), op = scipy.linalg.schur(b, output=kind), "N"
-    wa = _schur_eigenvalues(S)
-    wb = _schur_eigenvalues(T) if op == "N" else _schur_eigenvalues(T).conj()
+        T, R, opb = _schur_form(b, kind)
+    wa = _schur_eigenvalues(S) if opa == "N" else _schur_eigenvalues(S).conj()
+    wb = _schur_eigenvalues(T) if opb == "N" else _schur_eigenvalues(T).conj()
     check_sums(wa, wb, numpy.abs(a).max() + numpy.abs(b).max(), where)
     trsyl, = scipy.linalg.get_lapack_funcs(("trsyl",), (S, T, c))
     F = Q.conj().T @ c @ R
-    Y, scale, info = trsyl(S, T, F, tranb=op)
+    Y, scale, info = trsyl(S, T, F, trana=opa, tranb=opb)
     if info < 0:  # pragma: no cover - an argument error of ours
         raise ValueError(f"trsyl: illegal value in argument {-info}")
     return (Q @ Y @ R.conj().T) / scale
