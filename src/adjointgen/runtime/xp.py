@@ -417,7 +417,7 @@ def _number(z) -> str:
     return f"{z.real:.6g}" if z.imag == 0 else f"{z.real:.6g}{z.imag:+.6g}j"
 
 
-def _schur_eigenvalues(T):
+def schur_eigenvalues(T):
     """The eigenvalues of a (quasi-)triangular Schur factor: its diagonal, and the pairs of its
     ``2 x 2`` blocks (a real Schur form)."""
     n = T.shape[-1]
@@ -496,8 +496,8 @@ def bartels_stewart(a, b, c, where=None):
         T, R, opb = S, Q, _adjoint_op(opa, kind)  # b = Q op(S)^H Q^H
     else:
         T, R, opb = _schur_form(b, kind)
-    wa = _schur_eigenvalues(S) if opa == "N" else _schur_eigenvalues(S).conj()
-    wb = _schur_eigenvalues(T) if opb == "N" else _schur_eigenvalues(T).conj()
+    wa = schur_eigenvalues(S) if opa == "N" else schur_eigenvalues(S).conj()
+    wb = schur_eigenvalues(T) if opb == "N" else schur_eigenvalues(T).conj()
     check_sums(wa, wb, numpy.abs(a).max() + numpy.abs(b).max(), where)
     trsyl, = scipy.linalg.get_lapack_funcs(("trsyl",), (S, T, c))
     F = Q.conj().T @ c @ R
