@@ -12,6 +12,7 @@ under a basis-dependent loss, so that its backward raises ``DegenerateSubspaceEr
 hang in the gradient all-reduce that rank 0 never joins.
 """
 import datetime
+import faulthandler
 import os
 import sys
 import traceback
@@ -57,6 +58,8 @@ def batch(mode):
 
 def main():
     rank, world, port, out, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    # a rank still running after 150 s prints every thread's stack and exits: the test shows where it hung
+    faulthandler.dump_traceback_later(150, exit=True)
     torch.set_num_threads(1)
     model = SpectralModel()
     x = batch(mode)
@@ -75,13 +78,24 @@ def main():
         loss.backward()
         module = model.module if world > 1 else model
         result = {"W": module.W.grad, "M": module.M.grad, "loss": loss.detach()}
-    except Exception as exc:  # recorded for the parent test, then re-raised: the process fails
+    except Exception as exc:  # recorded for the parent test, printed: the process fails
         result = {"error": type(exc).__name__, "message": str(exc), "trace": traceback.format_exc()}
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))
-        raise
+        traceback.print_exc()
+        _exit(1)
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     if world > 1:
         dist.destroy_process_group()
+    _exit(0)
+
+
+def _exit(code):
+    """Leave without tearing down: freeing DDP's reducer after ``destroy_process_group`` hung one run
+    in twenty (both ranks' results saved; rank 1 stuck in C++ destructors with no Python frame, as
+    ``faulthandler`` showed), so the process ends here, its results written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
