@@ -290,6 +290,9 @@ def test_a_symbolic_fallback_runs_out_of_its_budget_and_is_not_a_verification(sa
     monkeypatch.setattr(exact, "verify", no_rational_form)
     spec = gen.load_derivation(load_project(folder), "inv4")
     step = next(s for s in spec.steps if s.kind == "substitute")  # (A^4)^-1: slow for SymPy
+    from sympy.core.cache import clear_cache
+
+    clear_cache()  # (an earlier test in this process may have left the replay's expressions in SymPy's cache)
     verdict = runner._verify(spec, step, 0.3)
     assert verdict.startswith("NOT verified") and "timed out after 0.3 s" in verdict, verdict
     assert runner.verdict_kind(verdict) == "numeric only"

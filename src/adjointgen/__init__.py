@@ -22,6 +22,8 @@ _LAZY = {
     "NotPositiveDefiniteError": "adjointgen.runtime.checks",
     "SingularMatrixError": "adjointgen.runtime.checks",
     "DefectiveMatrixError": "adjointgen.runtime.checks",
+    "checking": "adjointgen.runtime.verdict",
+    "raise_deferred": "adjointgen.runtime.verdict",
 }
 
 __all__ = sorted(_LAZY)

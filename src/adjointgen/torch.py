@@ -28,6 +28,7 @@ from .runtime import checks
 from .runtime import function as _function
 from .runtime import routes as _routes
 from .runtime import spectral as _spectral
+from .runtime.verdict import checking, raise_deferred  # noqa: F401  (the check mode: eager or deferred)
 
 __all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
            "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex", "lu_factor_ex",
@@ -194,12 +195,12 @@ def lu(A: torch.Tensor, *, pivot: bool = True):
             the rules take ``P = I``); :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) in a
             derivative when ``U`` has a zero pivot (a rank-deficient ``A``: the rules divide by it).
     """
-    from .composite.lu import LuFunction
+    from .composite.lu import LuFunction, LuFunctionCompiled
 
     checks.matrix_input(A, "A", complex_ok=True)
     m, n = A.shape[-2:]
     _routes.taken("lu", "square" if m == n else ("tall" if m > n else "wide"))
-    P, L, U, _ = _function.apply(LuFunction, A, bool(pivot))
+    P, L, U, _ = _function.apply(LuFunction, A, bool(pivot), compiled=LuFunctionCompiled)
     return torch.return_types.linalg_lu((P, L, U))
 
 
@@ -208,10 +209,10 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True):
     ``(LU, pivots)``, ``LU`` of shape ``(..., m, n)`` holding ``L``'s strictly lower part and ``U``,
     ``pivots`` (int32, not differentiable) LAPACK's row interchanges.  Differentiable in ``A`` by the
     rules of :func:`lu`; the same errors.  :func:`lu_solve` takes the result."""
-    from .composite.lu import LuFunction, check_pivots, packed
+    from .composite.lu import LuFunction, LuFunctionCompiled, check_pivots, packed
 
     checks.matrix_input(A, "A", complex_ok=True)
-    _, L, U, pivots = _function.apply(LuFunction, A, bool(pivot))
+    _, L, U, pivots = _function.apply(LuFunction, A, bool(pivot), compiled=LuFunctionCompiled)
     check_pivots(U.detach(), "lu_factor of a singular A would divide by zero in lu_solve (as torch.linalg.lu_factor, "
                              "this raises; agt.lu factors it)")
     return torch.return_types.linalg_lu_factor((packed(L, U), pivots))
@@ -753,9 +754,9 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
     if full_matrices and isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
         _routes.taken("svd", "full")
         checks.matrix_input(A, "A", complex_ok=True)
-        from .composite.svd import SvdFullFunction
+        from .composite.svd import SvdFullFunction, SvdFullFunctionCompiled
 
-        U, S, Vh = _function.apply(SvdFullFunction, A)
+        U, S, Vh = _function.apply(SvdFullFunction, A, compiled=SvdFullFunctionCompiled)
     else:
         _routes.taken("svd", "thin")
         checks.degeneracy_options(cluster_rtol, broadening)

@@ -17,7 +17,9 @@ import torch
 from ..generated.torch import lu as square
 from ..runtime import dispatch as _dispatch
 from ..runtime.checks import SingularMatrixError, is_traced, vmap_as_batch
+from ..runtime import function as _function
 from ..runtime.function import nested_forward as _nested_forward
+from ..runtime.verdict import verdict
 
 
 def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero pivots", L=None) -> None:
@@ -33,11 +35,13 @@ def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero 
     if is_traced(pivots) or pivots.numel() == 0:
         return
     zero = pivots == 0
-    if bool(zero.any()):
+
+    def zero_pivot():
         bad = zero.nonzero()[0].tolist()
         where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
-        raise SingularMatrixError(f"lu: {what}, and U[{bad[-1]}, "
-                                  f"{bad[-1]}] is zero{where}: A is rank deficient")
+        return SingularMatrixError(f"lu: {what}, and U[{bad[-1]}, {bad[-1]}] is zero{where}: A is rank deficient")
+
+    verdict(zero, zero_pivot)
     if L is None or is_traced(L):
         return
     k = pivots.shape[-1]
@@ -45,17 +49,20 @@ def check_pivots(U, what: str = "the derivative of the LU factors needs nonzero 
         size = (L.detach().abs()[..., :k, :k] * U.detach().abs()[..., :k, :k].mT).sum(-1)  # (|L| |U|)_kk
         real = pivots.real.dtype if pivots.is_complex() else pivots.dtype
         level = torch.arange(1, k + 1, device=U.device, dtype=real) * torch.finfo(real).eps * size
-        noise = pivots.detach().abs() <= level
-        if not bool(noise.any()):
-            return
+        noise = (pivots.detach().abs() <= level) & ~zero
+
+    def rounding_pivot():
         bad = noise.nonzero()[0].tolist()
         index = tuple(bad[:-1])
         where = f" (batch index {index})" if len(bad) > 1 else ""
         pivot, scale = float(pivots.detach().abs()[tuple(bad)]), float(size[tuple(bad)])
-    raise SingularMatrixError(f"lu: {what}, and U[{bad[-1]}, {bad[-1]}] = {pivot:.2e}{where} is at the level of the "
-                              f"elimination's rounding ({bad[-1] + 1} eps (|L||U|)_kk = {float(level[tuple(bad)]):.2e}; "
-                              f"condition estimate {scale / max(pivot, 1e-300):.2e}): A is numerically rank deficient, "
-                              "and a derivative that divides by this pivot has no correct digits")
+        return SingularMatrixError(
+            f"lu: {what}, and U[{bad[-1]}, {bad[-1]}] = {pivot:.2e}{where} is at the level of the "
+            f"elimination's rounding ({bad[-1] + 1} eps (|L||U|)_kk = {float(level[tuple(bad)]):.2e}; "
+            f"condition estimate {scale / max(pivot, 1e-300):.2e}): A is numerically rank deficient, "
+            "and a derivative that divides by this pivot has no correct digits")
+
+    verdict(noise, rounding_pivot)
 
 
 def _eye_like(X, size):
@@ -118,7 +125,7 @@ def _jvp(P, L, U, dA):
     return dL[..., :m, :m], dU[..., :m, :]
 
 
-class LuFunction(torch.autograd.Function):
+class LuFunction(_function.Function):
     """``(P, L, U, pivots) = lu(A)`` for ``(..., m, n)`` ``A``, real or complex, from
     ``torch.linalg.lu_factor``; ``P`` and LAPACK's ``pivots`` are not differentiable.  With
     ``pivot=False`` (CUDA only, as torch) ``P`` is empty, as ``torch.linalg.lu`` returns it, and the
@@ -157,6 +164,9 @@ class LuFunction(torch.autograd.Function):
     def vmap(info, in_dims, A, pivot=True):
         return vmap_as_batch(LuFunction, info, in_dims, A, pivot)
 
+
+#: the function without ``jvp``, which ``torch.compile`` traces
+LuFunctionCompiled = LuFunction._for_compiler
 
 def _permutation(P, L):
     """``P`` of ``A = P L U``: the identity where the factorization did not pivot (``P`` empty)."""

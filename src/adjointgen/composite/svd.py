@@ -10,7 +10,9 @@ from ..generated.torch import svd_complement as complement
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
 from ..runtime import value_blocks as _value_blocks
+from ..runtime import function as _function
 from ..runtime.function import nested_forward as _nested_forward
+from ..runtime.verdict import deferred
 
 
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
@@ -27,6 +29,12 @@ def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
     return prepared.add((gA,))[0]
 
 
+def _split(S, gS):
+    """The value cotangent to check for a split of a cluster: none where :func:`complete` re-expressed
+    the loss (it raises itself for one it cannot), ``gS`` where the checks are deferred."""
+    return None if _degeneracy.completing(S) else gS
+
+
 def _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check):
     if check and U2.shape[-1] > 0:  # the extra columns are defined only up to U2 -> U2 exp(Ω)
         basis = complement.svd_complement_gauge_basis_complex if U.is_complex() else complement.svd_complement_gauge_basis
@@ -36,14 +44,14 @@ def _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check):
         if check:
             gA, residual, residual_clusters = thin.svd_vjp_complex_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
             _gauge.check("svd", residual, gU, gV)
-            _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
+            _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), _split(S, gS), gU, gV,
                               what="singular values", values=S)
         else:
             gA = thin.svd_vjp_complex(U, S, V, gU, gS, gV, cluster_rtol=rtol)
         return gA + complement.svd_complement_vjp_complex(U, S, V, U2, gU2, cluster_rtol=rtol)
     if check:
         gA, residual_clusters = thin.svd_vjp_checked(U, S, V, gU, gS, gV, cluster_rtol=rtol)
-        _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), None, gU, gV,
+        _degeneracy.check("svd", residual_clusters, _degeneracy.cluster_mask(S, rtol), _split(S, gS), gU, gV,
                           what="singular values", values=S)
     else:
         gA = thin.svd_vjp(U, S, V, gU, gS, gV, cluster_rtol=rtol)
@@ -82,7 +90,7 @@ def _tall_jvp(U, S, V, U2, dA):
     return dU, dS, dV, complement.svd_complement_jvp(U, S, V, U2, dA)
 
 
-class SvdFullFunction(torch.autograd.Function):
+class SvdFullFunction(_function.Function):
     """``(U_full, S, Vh_full) = svd(A, full_matrices=True)`` for m != n, real or complex ``A``."""
 
     generate_vmap_rule = True
@@ -133,6 +141,9 @@ class SvdFullFunction(torch.autograd.Function):
         return dU, dS, torch.cat([dV1, dV2], dim=-1).mH
 
 
+#: the function without ``jvp``, which ``torch.compile`` traces
+SvdFullFunctionCompiled = SvdFullFunction._for_compiler
+
 class NullSpaceCheck(torch.autograd.Function):
     """``(U, S)`` unchanged; the backward checks what a loss may not depend on at the zero singular
     values of a tall (wide) thin SVD: their vectors beyond their span
@@ -181,9 +192,10 @@ def guard_null_space(U, S, rtol=None):
 
     if U.shape[-2] < U.shape[-1] or S.numel() == 0 or not (U.requires_grad or S.requires_grad or _is_dual(U)):
         return U, S
-    plain = physical(S)
-    if plain is None or not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
-        return U, S
+    if not deferred(S):
+        plain = physical(S)
+        if plain is None or not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
+            return U, S
     return NullSpaceCheck.apply(U, S, _degeneracy.zero_mask(S.detach(), rtol))
 
 

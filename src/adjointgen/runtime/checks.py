@@ -12,6 +12,7 @@ import math
 
 import torch
 from .function import nested_forward as _nested_forward
+from .verdict import verdict
 
 __all__ = [
     "NotPositiveDefiniteError", "ShapeError", "SingularMatrixError", "broadcast_batch", "finite", "floating",
@@ -286,19 +287,22 @@ def invertible_factor(op: str, name: str, T: torch.Tensor, degree: int = 1) -> N
         pivots = X.diagonal(dim1=-2, dim2=-1).abs()
         # the line through the pivot that holds the triangle's other entries: an upper factor's column
         # (QR's R: the norm of A's column), a lower factor's row (Cholesky's L: sqrt(a_kk))
-        upper = not bool(X.tril(-1).any())
-        size = torch.linalg.vector_norm(X, dim=-2 if upper else -1)[..., :k]
+        upper = (X.tril(-1) == 0).all(-1).all(-1, keepdim=True)
+        size = torch.where(upper, torch.linalg.vector_norm(X, dim=-2)[..., :k],
+                           torch.linalg.vector_norm(X, dim=-1)[..., :k])
         real = pivots.dtype
         level = (k * torch.finfo(real).eps) ** (1.0 / degree) * size
         noise = pivots <= level
-        if not bool(noise.any()):
-            return
+
+    def error():
+        from .gauge import singular_factor_message
+
         bad = noise.nonzero()[0].tolist()
         where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
         pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
-    from .gauge import singular_factor_message
+        return SingularMatrixError(singular_factor_message(op, name, bad[-1], pivot, where, k, degree, scale))
 
-    raise SingularMatrixError(singular_factor_message(op, name, bad[-1], pivot, where, k, degree, scale))
+    verdict(noise, error)
 
 
 def physical(*tensors, levels: bool = False):
@@ -397,14 +401,14 @@ def finite(x: torch.Tensor, name: str) -> None:
     x = x.detach()  # no tangents: some torch versions have no forward-mode rule for aminmax
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
-        lo, hi = torch.aminmax(torch.view_as_real(x.resolve_conj()) if x.is_complex() else x)
-        if not all(map(math.isfinite, torch.stack((lo, hi)).tolist())):  # one transfer to the host
-            raise ValueError(f"{name} contains NaN or Inf")
+        extremes = torch.stack(torch.aminmax(torch.view_as_real(x.resolve_conj()) if x.is_complex() else x))
+        verdict(~extremes.isfinite(), lambda: ValueError(f"{name} contains NaN or Inf"))
 
 
 def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_finite: bool = False) -> None:
     """``‖X - X^H‖_max <= rtol * ‖X‖_max`` (rtol defaults to 100 eps of the dtype); with
-    ``check_finite``, first that ``X`` has no NaN/Inf (from the same pass over ``X``, for real ``X``)."""
+    ``check_finite``, first that ``X`` has no NaN/Inf (from the same pass over ``X``, for real ``X``).
+    The verdicts are :func:`adjointgen.runtime.verdict.verdict`'s: eager or deferred."""
     if is_traced(x) or x.numel() == 0:
         return
     real = x.real.dtype if x.is_complex() else x.dtype
@@ -415,21 +419,25 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
             if check_finite:
                 finite(x, name)
             asym, scale = (x - x.mH).abs().amax(), x.abs().amax()
-        else:  # min and max in one pass, no |.| temporaries (half the time at n = 1000); one transfer
+            nonfinite = None
+        else:  # min and max in one pass, no |.| temporaries (half the time at n = 1000)
             lo, hi = torch.aminmax(x)
             alo, ahi = torch.aminmax(x - x.mT)
-            lo, hi, alo, ahi = torch.stack((lo, hi, alo, ahi)).tolist()
-            if check_finite and not (math.isfinite(lo) and math.isfinite(hi)):  # NaN propagates
-                raise ValueError(f"{name} contains NaN or Inf")
-            if any(map(math.isnan, (lo, hi, alo, ahi))):
-                return  # NaN entries: no verdict on symmetry (as torch.maximum would propagate them)
-            scale, asym = max(-lo, hi), max(-alo, ahi)
-        if bool(asym > rtol * scale):
-            raise ValueError(
+            scale, asym = torch.maximum(-lo, hi), torch.maximum(-alo, ahi)
+            nonfinite = ~torch.stack((lo, hi)).isfinite().all() if check_finite else None  # (NaN propagates)
+        # (NaN entries: no verdict on symmetry, as torch.maximum propagates them)
+        asymmetric = asym > rtol * scale
+
+        def error():
+            if nonfinite is not None and bool(nonfinite):
+                return ValueError(f"{name} contains NaN or Inf")
+            return ValueError(
                 f"{name} is not {'Hermitian' if x.is_complex() else 'symmetric'}: "
                 f"max |{name} - {name}^{'H' if x.is_complex() else 'T'}| = {float(asym):.3e} > "
-                f"{rtol:.1e} * max |{name}| = {float(rtol * scale):.3e}"
-            )
+                f"{rtol:.1e} * max |{name}| = {float(rtol * scale):.3e}")
+
+        # one verdict (one read when eager) for both
+        verdict(asymmetric if nonfinite is None else asymmetric | nonfinite, error)
 
 
 def positive_definite(x: torch.Tensor, name: str) -> None:
@@ -438,12 +446,16 @@ def positive_definite(x: torch.Tensor, name: str) -> None:
         return
     with torch.no_grad():
         _, info = torch.linalg.cholesky_ex(x)
-        if bool((info != 0).any()):
-            bad = (info != 0).nonzero()[0].tolist()
-            where = f" (batch index {tuple(bad)})" if bad else ""
-            minor = int(info[tuple(bad)]) if bad else int(info)
-            raise NotPositiveDefiniteError(
-                f"{name} is not positive definite{where}: its leading minor of order {minor} is not positive")
+        verdict(info != 0, lambda: not_positive_definite(name, info))
+
+
+def not_positive_definite(name: str, info: torch.Tensor) -> NotPositiveDefiniteError:
+    """The error of a failed Cholesky factorization (``info``, LAPACK's, nonzero somewhere)."""
+    bad = (info != 0).nonzero()[0].tolist()
+    where = f" (batch index {tuple(bad)})" if bad else ""
+    minor = int(info[tuple(bad)]) if bad else int(info)
+    return NotPositiveDefiniteError(
+        f"{name} is not positive definite{where}: its leading minor of order {minor} is not positive")
 
 
 _symmetric, _positive_definite = symmetric, positive_definite

@@ -34,6 +34,7 @@ import math
 import torch
 
 from .gauge import tangent_split_error
+from .verdict import deferred, verdict
 
 __all__ = [
     "check",
@@ -118,6 +119,18 @@ def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
     if plain is None:  # a compiler traces the values: no host decision (the check is skipped too)
         return False
     return _close_pair(plain[0], "difference", default_rtol(d.dtype) if rtol is None else float(rtol))
+
+
+def maybe_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
+    """Whether ``d`` may have a cluster: :func:`has_clusters`, or ``True`` without a read where the
+    checks are deferred (:mod:`adjointgen.runtime.verdict`): the checked path then runs, on the device."""
+    return deferred(d) or has_clusters(d, rtol)
+
+
+def completing(d: torch.Tensor) -> bool:
+    """Whether :func:`complete` re-expresses a loss at a cluster of ``d`` (it reads the cluster on the
+    host): not where the checks are deferred, where the split of the values is checked instead."""
+    return not deferred(d)
 
 
 #: the last few answers of :func:`_close_pair` (a backward asks for the same vector twice: the
@@ -210,7 +223,7 @@ def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
     from . import gauge
     from .checks import is_traced
 
-    if not _FUSED or is_traced(d) or (d.device.type != "cpu" and not gauge.enabled()):
+    if not _FUSED or is_traced(d) or deferred(d) or (d.device.type != "cpu" and not gauge.enabled()):
         return False
     if d.numel() == 0:
         return True
@@ -284,9 +297,9 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
     if plain is None:  # a compiler traces the values
         return
     residual, clusters, split, values, gd, *cotangents = plain
+    if not deferred(clusters) and not bool(clusters.any()):  # (eager: no cluster, nothing more to read)
+        return
     with torch.no_grad():
-        if not bool(clusters.any()):
-            return
         real = residual.real.dtype if residual.is_complex() else residual.dtype
         eps = torch.finfo(real).eps
         tiny = torch.finfo(real).tiny
@@ -315,8 +328,8 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
                 level = level + (norms.amax(-1, keepdim=True) / size).unsqueeze(-1)
             spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs()
             bad_split = clusters & (spread > max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny)
-        if not bool((bad_basis | bad_split).any()):
-            return
+
+    def error():
         flat_mask = clusters.reshape(-1, *clusters.shape[-2:])
         flat_bad = (bad_basis | bad_split).reshape(-1, *clusters.shape[-2:])
         b = int(flat_bad.any(-1).any(-1).nonzero()[0])
@@ -338,10 +351,12 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
                       f"adjointgen.torch.funm (matrix_exp, logm, sqrtm for a general matrix).  In a "
                       f"second derivative the loss is the first derivative, which depends on a cluster this way "
                       f"for every loss but symmetric functions of its values")
-        raise DegenerateSubspaceError(
+        return DegenerateSubspaceError(
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
             "adjointgen.runtime.gauge.set_enabled(False)")
+
+    verdict(bad_basis | bad_split, error)
 
 
 def check_independent(op: str, V: torch.Tensor, d: torch.Tensor, rtol=None) -> None:
@@ -560,7 +575,7 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = Fal
     rotated columns are scaled to unit norm again (eigenvectors that are not orthonormal, ``eig``)."""
     from .checks import is_traced
 
-    if not vectors or any(is_traced(v) for v in (d, *vectors)):
+    if not vectors or deferred(d) or any(is_traced(v) for v in (d, *vectors)):
         return vectors
     clusters = rounding_clusters(d)
     if clusters is None:
@@ -608,7 +623,7 @@ def complete(op: str, d: torch.Tensor, vectors, gd: torch.Tensor, cotangents, rt
 
     vectors, cotangents = tuple(vectors), tuple(cotangents)
     unchanged = (*vectors, gd, *cotangents)
-    if broadening is not None or d.shape[-1] < 2 or not has_clusters(d, rtol):
+    if broadening is not None or d.shape[-1] < 2 or not completing(d) or not has_clusters(d, rtol):
         return unchanged
     if any(is_traced(t) for t in (d, gd, *vectors, *cotangents)):
         # vmap: re-expressed by an autograd function whose vmap rule hands it the plain tensors

@@ -26,6 +26,7 @@ import torch
 from . import checks, degeneracy, gauge, value_blocks
 from .function import nested_forward as _nested_forward
 from .rules import Call, Residual, Rules, ValueBlock, Variant
+from .verdict import deferred
 
 __all__ = ["Call", "Residual", "Rules", "ValueBlock", "Variant", "for_data", "jvp", "vjp"]
 
@@ -60,7 +61,7 @@ def _as_complex(env: dict, *calls) -> dict:
 def _unclustered(rules: Rules, env: dict) -> bool:
     """No values of a cluster residual form a cluster (so those residuals are zero), and no
     broadening (under which they are not checked either way)."""
-    return all(not degeneracy.has_clusters(env[r.vector], env.get("cluster_rtol"))
+    return all(not degeneracy.maybe_clusters(env[r.vector], env.get("cluster_rtol"))
                for r in rules.residuals if r.vector is not None)
 
 
@@ -157,7 +158,7 @@ def _vjp(rules: Rules, env: dict) -> tuple:
     unbroadened = not rules.broadening or env["broadening"] is None
     vectors = dict.fromkeys(r.vector for r in rules.residuals if r.vector is not None)
     if rules.vjp_checked is not None and gauge.enabled() and unbroadened and (
-            not vectors or any(degeneracy.has_clusters(env[v], env.get("cluster_rtol")) for v in vectors)):
+            not vectors or any(degeneracy.maybe_clusters(env[v], env.get("cluster_rtol")) for v in vectors)):
         return _checked(rules, env, rules.vjp_checked, rules.residuals)
     return rules.vjp(env)
 
@@ -177,6 +178,8 @@ def _floor(residuals: tuple[Residual, ...], env: dict):
                 floor = gw.abs().amax(-1, keepdim=True) * w.abs().amax(-1, keepdim=True)
                 from .checks import physical
 
+                if deferred(floor):  # no probe read: a plain tensor (a compiler's is not deferred)
+                    return floor
                 plain = physical(floor)
                 try:  # values to read (not the batched tensors of gradcheck's legacy vmap, nor a compiler's)
                     bool(plain[0].isfinite().all())
@@ -203,7 +206,7 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
     rtol = env.get("cluster_rtol")
     broadening = env.get("broadening") if rules.broadening else None
     for r in residuals:
-        if r.completes:
+        if r.completes and degeneracy.completing(env[r.vector]):
             gs = ["g" + name for name in r.completes]
             out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
@@ -225,7 +228,8 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
         if r.vector is None:
             gauge.check(rules.op, values[r.output], *cotangents, floor=floor, phases=r.phases, invariant=r.invariant)
         elif broadening is None:
-            split = None if r.completes or r.split is None else env[r.split]
+            completed = r.completes and degeneracy.completing(env[r.vector])
+            split = None if completed or r.split is None else env[r.split]
             degeneracy.check(rules.op, values[r.output], degeneracy.cluster_mask(env[r.vector], rtol), split,
                              *cotangents, what=r.what, values=env[r.vector],
                              gd=None if r.split is None else env[r.split])

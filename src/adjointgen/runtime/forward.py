@@ -71,23 +71,28 @@ def cholesky(A):
     :class:`NotPositiveDefiniteError` (a ``ValueError`` and a ``torch.linalg.LinAlgError``) naming
     the leading minor that fails."""
     L, info = torch.linalg.cholesky_ex(A)
-    if not is_traced(info) and bool((info != 0).any()):
-        bad = (info != 0).nonzero()[0].tolist()
-        where = f" (batch index {tuple(bad)})" if bad else ""
-        minor = int(info[tuple(bad)]) if bad else int(info)
-        raise NotPositiveDefiniteError(f"A is not positive definite{where}: its leading minor of order {minor} "
-                                       "is not positive")
+    if not is_traced(info):
+        from .checks import not_positive_definite
+        from .verdict import verdict
+
+        verdict(info != 0, lambda: not_positive_definite("A", info))
     return L
 
 
 def _raise_singular(info, what: str):
-    if not is_traced(info) and bool((info != 0).any()):
+    if is_traced(info):
+        return
+    from .verdict import verdict
+
+    def error():
         from .checks import SingularMatrixError
 
         bad = (info != 0).nonzero()[0].tolist()
         where = f" (batch index {tuple(bad)})" if bad else ""
         pivot = int(info[tuple(bad)]) if bad else int(info)
-        raise SingularMatrixError(f"{what}: A is singular{where}: pivot {pivot} of its LU factorization is zero")
+        return SingularMatrixError(f"{what}: A is singular{where}: pivot {pivot} of its LU factorization is zero")
+
+    verdict(info != 0, error)
 
 
 def inv(A):
@@ -111,12 +116,17 @@ def solve_lower(A, B):
     ``torch.linalg.solve_triangular(A, B, upper=False)``; raises :class:`SingularMatrixError` for
     a zero on the diagonal (torch returns Inf/NaN there)."""
     diagonal = A.diagonal(dim1=-2, dim2=-1)
-    if not is_traced(diagonal) and diagonal.numel() and bool((diagonal == 0).any()):
-        from .checks import SingularMatrixError
+    if not is_traced(diagonal) and diagonal.numel():
+        from .verdict import verdict
 
-        bad = (diagonal == 0).nonzero()[0].tolist()
-        where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
-        raise SingularMatrixError(f"solve_triangular: A is singular{where}: its diagonal entry {bad[-1]} is zero")
+        def error():
+            from .checks import SingularMatrixError
+
+            bad = (diagonal == 0).nonzero()[0].tolist()
+            where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
+            return SingularMatrixError(f"solve_triangular: A is singular{where}: its diagonal entry {bad[-1]} is zero")
+
+        verdict(diagonal == 0, error)
     return torch.linalg.solve_triangular(A, B, upper=False)
 
 

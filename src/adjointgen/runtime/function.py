@@ -42,11 +42,33 @@ def _plain_signature(forward) -> bool:
                for p in parameters)
 
 
-def apply(cls, *args):
+class Function(torch.autograd.Function):
+    """The base of adjointgen's autograd functions: each subclass gets a twin for compilers
+    (``_for_compiler``), the same function without its ``jvp``, which TorchDynamo cannot trace
+    ("custom jvp"): under ``torch.compile`` (``fullgraph=True`` too) :func:`apply` calls the twin, so
+    the forward and backward are traced into the graph; forward mode is not compiled."""
+
+    #: the twin without ``jvp`` (``None``: this class, which has none of its own)
+    _for_compiler = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("_twin", False) or "jvp" not in cls.__dict__:
+            return
+        cls._for_compiler = type(cls.__name__ + "Compiled", (cls,), {
+            "_twin": True, "jvp": staticmethod(torch.autograd.Function.jvp), "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__ + "Compiled"})
+
+
+def apply(cls, *args, compiled=None):
     """``cls.apply(*args)`` for a ``torch.autograd.Function`` subclass ``cls`` with a
-    ``setup_context``, without the per-call signature binding where it changes nothing."""
-    if torch.compiler.is_compiling() or _transforms_active is None or _transforms_active():
-        return cls.apply(*args)  # (a compiler traces cls.apply itself)
+    ``setup_context``, without the per-call signature binding where it changes nothing; under a
+    compiler, ``compiled``: the twin of a :class:`Function` without ``jvp`` (``cls._for_compiler``,
+    handed over by the caller from a module global, which a compiler resolves to the class)."""
+    if torch.compiler.is_compiling():
+        return (cls if compiled is None else compiled).apply(*args)  # (a compiler traces apply itself)
+    if _transforms_active is None or _transforms_active():
+        return cls.apply(*args)
     plain = _PLAIN.get(cls)
     if plain is None:
         plain = _PLAIN[cls] = _plain_signature(cls.forward)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 
+from .verdict import verdict
+
 __all__ = ["ComplementBasisError", "DegenerateSubspaceError", "GaugeDependentLossError", "PhaseDependentLossError",
            "check", "check_basis", "check_null_space", "check_zero_values", "disabled", "enabled", "set_enabled"]
 
@@ -101,10 +103,14 @@ def check(op: str, residual, *cotangents, floor=None, phases=(), invariant="") -
             rounding = columns.amax(-1, keepdim=True) * (columns.shape[-1] * torch.finfo(real).eps ** 0.5)
             floor = rounding if floor is None else floor + rounding
         found = _excess(residual, columns, floor)
-        if found is not None and bool(found[1].any()):
+        if found is not None:
             relative, bad = found
-            j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
-            raise PhaseDependentLossError(phase_message(op, phases, invariant, j, float(relative.max())))
+
+            def error():
+                j = int(bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[0])
+                return PhaseDependentLossError(phase_message(op, phases, invariant, j, float(relative.max())))
+
+            verdict(bad, error)
 
 
 def phase_message(op: str, phases=(), invariant="", j=None, relative=None) -> str:
@@ -127,12 +133,12 @@ def check_basis(op: str, residual, cotangent) -> None:
 
     with torch.no_grad():
         found = _excess(torch.linalg.matrix_norm(residual), torch.linalg.matrix_norm(cotangent))
-        if found is not None and bool(found[1].any()):
-            raise ComplementBasisError(
+        if found is not None:
+            verdict(found[1], lambda: ComplementBasisError(
                 f"{op}: the loss depends on the basis of the extra columns of full_matrices=True "
                 f"(relative residual {float(found[0].max()):.2e}): only their span is defined, so use them "
                 "through the projector U2 U2^H (or |U2|-free invariants of it). "
-                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)"))
 
 
 def check_null_space(op: str, U, gU, zero) -> None:
@@ -146,13 +152,13 @@ def check_null_space(op: str, U, gU, zero) -> None:
         g0 = gU * zero.unsqueeze(-2).to(gU.dtype)
         residual = g0 - U @ (U.mH @ g0)
         found = _excess(torch.linalg.matrix_norm(residual), torch.linalg.matrix_norm(gU))
-        if found is not None and bool(found[1].any()):
-            raise ComplementBasisError(
+        if found is not None:
+            verdict(found[1], lambda: ComplementBasisError(
                 f"{op}: the loss depends on the singular vectors of a zero singular value beyond their span "
                 f"(relative residual {float(found[0].max()):.2e}): for a rank-deficient matrix those of the longer "
                 "side may be any orthonormal vectors of the complement of the range, so only quantities that "
                 "do not change when they are rotated into it (such as U S Vh, or U diag(s > 0)) have a gradient. "
-                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+                "Disable this check with adjointgen.runtime.gauge.set_enabled(False)"))
 
 
 def check_mixing(op: str, residual, scale) -> None:
@@ -164,13 +170,13 @@ def check_mixing(op: str, residual, scale) -> None:
 
     with torch.no_grad():
         found = _excess(residual, scale)
-        if found is not None and bool(found[1].any()):
-            raise ComplementBasisError(
+        if found is not None:
+            verdict(found[1], lambda: ComplementBasisError(
                 f"{op}: the matrix is rank deficient (a singular value is zero to the cluster tolerance), and the "
                 f"loss depends on how the complement of its range is split between the singular vectors of the zero "
                 f"values and the extra columns of full_matrices=True (relative residual {float(found[0].max()):.2e}): "
                 "that split is arbitrary, so only quantities of their span together (the projector onto the whole "
-                "complement) have a gradient. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+                "complement) have a gradient. Disable this check with adjointgen.runtime.gauge.set_enabled(False)"))
 
 
 def check_zero_values(op: str, gS, zero, U=None, gU=None, S=None) -> None:
@@ -196,21 +202,20 @@ def check_zero_values(op: str, gS, zero, U=None, gU=None, S=None) -> None:
         real = g.real.dtype if g.is_complex() else g.dtype
         eps, tiny = torch.finfo(real).eps, torch.finfo(real).tiny
         used = z & (g.abs() > eps ** 0.5 * g.abs().amax(-1, keepdim=True) + tiny)
-        if len(plain) > 2 and bool(used.any()):
+        if len(plain) > 2:
             s, u, gu = plain[2:]
             x = (u.mH @ gu).diagonal(0, -2, -1).real
             gs = (g.real if g.is_complex() else g) * s
             odd = (s.abs() > tiny) & ((x - gs).abs() <= eps ** 0.5 * (x.abs() + gs.abs()))
             used = used & ~odd
-        if bool(used.any()):
-            raise DegenerateSubspaceError(
+        verdict(used, lambda: DegenerateSubspaceError(
                 f"{op}: the loss depends on a zero singular value of a rank-deficient matrix: such a value is |t| "
                 "along a perturbation t u v^H of its vectors (out of the range, for a tall or wide matrix), not "
                 "differentiable (the nuclear norm has a kink there). U f(S) V^H with an odd f (U S V^H itself) is "
                 "smooth, and passes for a square matrix; of a tall or wide one the singular vectors that would "
                 "carry its gradient are free. Use a loss that is smooth in A (such as S.square().sum()), or "
                 "differentiate A "
-                "directly. Disable this check with adjointgen.runtime.gauge.set_enabled(False)")
+                "directly. Disable this check with adjointgen.runtime.gauge.set_enabled(False)"))
 
 
 def clusters_of(mask) -> list[list[int]]:

@@ -24,6 +24,10 @@ _LOG: contextvars.ContextVar[list | None] = contextvars.ContextVar("adjointgen_r
 
 def taken(function: str, route: str) -> None:
     """Record that ``function`` took ``route`` (inside :func:`recording`; otherwise nothing)."""
+    import torch
+
+    if torch.compiler.is_compiling():  # (a compiler traces no context variable; the log is eager-only)
+        return
     log = _LOG.get()
     if log is not None:
         log.append((function, route))

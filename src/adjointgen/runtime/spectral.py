@@ -226,7 +226,7 @@ def _to_front(x, dim, size):
     return x.movedim(dim, 0)
 
 
-class _Funm(torch.autograd.Function):
+class _Funm(_function.Function):
     """``X, w, V = f(A)`` (``w``, ``V`` non-differentiable: the eigendecomposition the rules use)."""
 
     @staticmethod
@@ -265,6 +265,9 @@ class _Funm(torch.autograd.Function):
         X, w, V = _Funm.apply(_to_front(A, in_dims[0], info.batch_size), bound)
         return (X, w, V), (0, 0, 0)
 
+
+#: the function without ``jvp``, which ``torch.compile`` traces
+_FunmCompiled = _Funm._for_compiler
 
 class _Frechet(torch.autograd.Function):
     """``K = Df(A)[sym(G)] = V (L ∘ (V^H sym(G) V)) V^H`` (the derived rule; along unstructured ``G``
@@ -381,4 +384,4 @@ def apply(spec: Spectral, A, *opts, general: bool = False):
             raise TypeError(f"{spec.name}: {name} must be a real number (int or float), not {type(value).__name__}")
         if not math.isfinite(value):
             raise ValueError(f"{spec.name}: {name} must be finite, not {value}")
-    return _function.apply(_Funm, A, _Bound(spec, tuple(float(o) for o in opts), general))[0]
+    return _function.apply(_Funm, A, _Bound(spec, tuple(float(o) for o in opts), general), compiled=_FunmCompiled)[0]

@@ -120,6 +120,12 @@ class _Switch:
 _ACTIVE: contextvars.ContextVar[_Active | None] = contextvars.ContextVar("adjointgen_value_block", default=None)
 
 
+def _active():
+    """The active value block, ``None`` under a compiler (which traces no context variable: a
+    second derivative at a cluster is not compiled)."""
+    return None if torch.compiler.is_compiling() else _ACTIVE.get()
+
+
 @contextlib.contextmanager
 def declared(record, env: dict, rtol=None):
     """Within this context, :func:`times` of the operation's values differentiates through the block
@@ -242,7 +248,7 @@ def times(F: torch.Tensor, X: torch.Tensor, d: torch.Tensor, k, kind: str, broad
     """``F ∘ X`` for ``F_ij = 1/(k d_i - k d_j)`` (``kind="difference"``) or ``1/(k d_i + k d_j)``
     (``"sum"``), masked at clusters.  Inside :func:`declared` for the values ``d`` its derivative in
     ``d`` goes through the block (module docstring); elsewhere it is the plain product."""
-    active = _ACTIVE.get()
+    active = _active()
     if broadening is not None or active is None or active.values is not d:
         return F * X
     Fd = F.detach()
@@ -255,7 +261,7 @@ def times(F: torch.Tensor, X: torch.Tensor, d: torch.Tensor, k, kind: str, broad
 def cut(x):
     """Inside :func:`declared`: the cotangent ``x`` of the rule, unchanged, whose graph (the loss's)
     :func:`_direct_derivative` does not follow; elsewhere ``x`` itself."""
-    active = _ACTIVE.get()
+    active = _active()
     if active is None or not isinstance(x, torch.Tensor) or not x.requires_grad:
         return x
     return _Cut.apply(x, active.switch)
@@ -296,7 +302,7 @@ def _direct_derivative(v: torch.Tensor, active):
 def shift_derivative(d: torch.Tensor):
     """``(active, d')`` where the vector ``d`` is an entrywise function of the declared block's
     values (a shifted solve's shifts), else ``(None, None)``."""
-    active = _ACTIVE.get()
+    active = _active()
     dv = None if active is None else _direct_derivative(d, active)
     return (None, None) if dv is None else (active, dv)
 
@@ -311,7 +317,7 @@ def _unmoved(v: torch.Tensor, dv: torch.Tensor, active) -> torch.Tensor:
 def _scaled(v: torch.Tensor, X: torch.Tensor, side: str) -> torch.Tensor:
     rows = side == "rows"
     plain = (lambda v: v.unsqueeze(-1) * X) if rows else (lambda v: X * v.unsqueeze(-2))
-    active = _ACTIVE.get()
+    active = _active()
     dv = None if active is None else _direct_derivative(v, active)
     if dv is None:
         return plain(v)
@@ -327,7 +333,7 @@ def add_diag(X: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     values (``-w ∘ g_w`` in the generalized eigenproblem's derivative in ``B``), that dependence
     moves them as the block: ``diag(v'(d) ∘ dd)`` becomes ``v'(d) ∘_rows dΛ``."""
     plain = lambda v: torch.diagonal_scatter(X, X.diagonal(dim1=-2, dim2=-1) + v, dim1=-2, dim2=-1)  # noqa: E731
-    active = _ACTIVE.get()
+    active = _active()
     dv = None if active is None else _direct_derivative(v, active)
     if dv is None:
         return plain(v)
@@ -350,7 +356,7 @@ def scale_cols(X: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def active_for(d: torch.Tensor):
     """The declared block whose values are ``d`` (None outside :func:`declared` for them)."""
-    active = _ACTIVE.get()
+    active = _active()
     return active if active is not None and active.values is d else None
 
 
@@ -381,7 +387,7 @@ def loss_curvature(gw):
     :attr:`Block.inputs`) whose derivative is ``a (dΛ_c - mean(diag dΛ_c) I)``, or ``None`` where
     ``g_w`` does not depend on the values.  Raises :class:`DegenerateSubspaceError` when the
     loss's Hessian inside a cluster is not that of a symmetric function of its values."""
-    active = _ACTIVE.get()
+    active = _active()
     if active is None or not isinstance(gw, torch.Tensor) or not gw.requires_grad:
         return gw, None
     mask = active.mask
