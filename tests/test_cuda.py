@@ -14,7 +14,7 @@ import torch
 
 import adjointgen
 import adjointgen.torch as agt
-from adjointgen.runtime import gauge
+from adjointgen.runtime import gauge, verdict
 
 #: ADJOINTGEN_GPU_TESTS_ON=cpu runs this module's logic on the CPU (to check the tests themselves
 #: where there is no GPU: every comparison is then CPU against CPU)
@@ -24,6 +24,15 @@ pytestmark = [pytest.mark.gpu,
 
 ROOT = Path(__file__).resolve().parents[1]
 f32, f64, c64, c128 = torch.float32, torch.float64, torch.complex64, torch.complex128
+
+
+@pytest.fixture(autouse=True)
+def _eager_checks():
+    """The tests of the checks' verdicts and of the exact gradients at clusters run with the checks
+    eager, as on the CPU (on a GPU the default defers them: tests of that mode name it)."""
+    with verdict.checking("eager"):
+        yield
+    verdict.raise_deferred()
 
 
 def _gen(seed):
@@ -322,7 +331,8 @@ def test_cuda_spectral_function_through_the_outputs_is_exact_at_a_cluster():
     X = (V * w.exp()) @ V.mT
     g, = torch.autograd.grad(X[0, 1], A)
     want, = torch.autograd.grad(agt.expm(A)[0, 1], A)
-    _close(g, want, 1e-10, "exp through the eigendecomposition")
+    # (along symmetric directions: eigh's gradient is the symmetric one)
+    _close(g, (want + want.mT) / 2, 1e-10, "exp through the eigendecomposition")
 
 
 def test_cuda_defective_eig_raises():
@@ -378,6 +388,52 @@ def test_cuda_bad_input_raises_the_cpu_error(name, call):
     with pytest.raises(Exception) as on_gpu:
         call(CUDA)
     assert type(on_gpu.value) is type(on_cpu.value), (on_gpu.value, on_cpu.value)
+
+
+@pytest.mark.parametrize("name, call", BAD, ids=[b[0] for b in BAD])
+def test_cuda_bad_input_raises_the_cpu_error_when_deferred(name, call):
+    """Deferred (the GPU's default), a value check raises the CPU's error at raise_deferred (a shape
+    error, which needs no value, at once)."""
+    with pytest.raises(Exception) as on_cpu:
+        call("cpu")
+    with verdict.checking("deferred"):
+        try:
+            call(CUDA)
+        except Exception as exc:  # an error that needs no value: at once
+            assert type(exc) is type(on_cpu.value), (exc, on_cpu.value)
+            return
+        with pytest.raises(Exception) as late:
+            verdict.raise_deferred()
+    assert type(late.value) is type(on_cpu.value), (late.value, on_cpu.value)
+
+
+@pytest.mark.skipif(CUDA != "cuda", reason="a CUDA property")
+def test_cuda_deferred_checks_synchronise_no_more_than_torch():
+    """Forward + backward of the dense operations on the GPU with the default (deferred) checks: no
+    more synchronisations than torch's own function (counted by torch's sync debug mode)."""
+    import warnings
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from host_reads import cases, step
+
+    counts = {}
+    for name, (get, A, loss) in cases(5).items():
+        for label, namespace in (("torch", torch.linalg), ("ours", agt)):
+            A_ = A.to(CUDA)
+            with verdict.checking("auto"):
+                step(get(namespace), A_, loss)  # warm
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode("warn")
+                    try:
+                        step(get(namespace), A_, loss)
+                    finally:
+                        torch.cuda.set_sync_debug_mode("default")
+            counts[name, label] = sum("synchroniz" in str(w.message) for w in caught)
+        verdict.raise_deferred()
+    worse = {name: (counts[name, "ours"], counts[name, "torch"]) for name, _ in counts
+             if counts[name, "ours"] > counts[name, "torch"]}
+    assert not worse, worse
 
 
 # ------------------------------------------------------------------ the CuPy rules on the GPU

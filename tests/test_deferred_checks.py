@@ -175,3 +175,30 @@ def test_forward_and_backward_compile_without_a_graph_break(name, checks_on):
         warnings.simplefilter("ignore")
         compiled(a).backward()
     torch.testing.assert_close(a.grad, step(f, A, loss), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("A", [torch.zeros(4, 4), torch.eye(4), torch.diag(torch.tensor([1.0, 2, 2, 3])),
+                               torch.diag(torch.tensor([5.0, 1, 1, 1, 1, 1, 0.5]))],
+                         ids=["zero", "identity", "pair", "run of five"])
+def test_deferred_bases_of_exact_clusters_are_generic(A):
+    """LAPACK's basis of an exactly degenerate eigenspace has exact zeros, at which a basis-dependent
+    loss (V[1, 1]^2 at the identity) can look invariant to first order; the deferred mode rotates runs
+    of equal values on the device (no read), so the loss is refused as in the eager mode, and the
+    decomposition is still one of A."""
+    A = A.to(torch.float64)
+    n = A.shape[-1]
+    with verdict.checking("deferred"):
+        w, V = agt.eigh(A)
+        U, S, Vh = agt.svd(A, full_matrices=False)
+    torch.testing.assert_close((V * w) @ V.mT, A, atol=1e-14, rtol=0)
+    torch.testing.assert_close(V.mT @ V, torch.eye(n, dtype=torch.float64), atol=1e-14, rtol=0)
+    torch.testing.assert_close((U * S) @ Vh, A, atol=1e-14, rtol=0)
+    inside = [j for j in range(n) if ((w - w[j]).abs() < 1e-12).sum() > 1]
+    assert inside and all(bool((V[:, j] != 0).sum() > 1) for j in inside)  # no column left a unit vector
+    j = inside[0]
+    X = A.clone().requires_grad_()
+    with verdict.checking("deferred"):
+        w, V = agt.eigh(X)
+        torch.autograd.grad(V[j, j] ** 2, X)
+    with pytest.raises(DegenerateSubspaceError):
+        verdict.raise_deferred()

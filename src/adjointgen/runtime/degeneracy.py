@@ -329,6 +329,8 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
             spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs()
             bad_split = clusters & (spread > max(math.sqrt(eps), 100 * default_rtol(real)) * level + tiny)
 
+    late = deferred(clusters)
+
     def error():
         flat_mask = clusters.reshape(-1, *clusters.shape[-2:])
         flat_bad = (bad_basis | bad_split).reshape(-1, *clusters.shape[-2:])
@@ -351,6 +353,10 @@ def check(op: str, residual: torch.Tensor, clusters: torch.Tensor, split: torch.
                       f"adjointgen.torch.funm (matrix_exp, logm, sqrtm for a general matrix).  In a "
                       f"second derivative the loss is the first derivative, which depends on a cluster this way "
                       f"for every loss but symmetric functions of its values")
+            if late:
+                reason += ("; the checks were deferred (adjointgen.runtime.verdict), a mode which cannot re-express "
+                           "a loss through V f(D) V^H at a cluster (that needs the cluster on the host): the eager "
+                           "mode, with adjointgen.checking('eager'), gives its exact gradient")
         return DegenerateSubspaceError(
             f"{op}: {reason}. Set the tolerance with cluster_rtol= (or adjointgen.runtime.degeneracy.set_rtol), "
             "use broadening= for a biased finite surrogate, or disable the check with "
@@ -575,8 +581,10 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = Fal
     rotated columns are scaled to unit norm again (eigenvectors that are not orthonormal, ``eig``)."""
     from .checks import is_traced
 
-    if not vectors or deferred(d) or any(is_traced(v) for v in (d, *vectors)):
+    if not vectors or any(is_traced(v) for v in (d, *vectors)):
         return vectors
+    if deferred(d) and not d.is_complex():  # sorted values: their clusters are runs, rotated on the device
+        return _rotate_runs(d, vectors, normalize)
     clusters = rounding_clusters(d)
     if clusters is None:
         return vectors
@@ -592,6 +600,48 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = Fal
                 Wc = W[b][:, idx] @ R
                 W[b][:, idx] = Wc / torch.linalg.vector_norm(Wc, dim=-2, keepdim=True) if normalize else Wc
         out.append(W.reshape(*batch, *V.shape[-2:]) if V.dim() > 2 else W[0])
+    return tuple(out)
+
+
+#: layers of rotations of neighbouring columns in :func:`_rotate_runs`: a run of up to this many equal
+#: values gets a basis with no entry of LAPACK's left exactly zero
+_RUN_LAYERS = 4
+
+
+def _rotate_runs(d: torch.Tensor, vectors, normalize: bool):
+    """:func:`generic_basis` without a read, for sorted values (``eigh``, ``svd``), whose clusters of
+    values equal to rounding are runs of neighbours: ``_RUN_LAYERS`` layers of plane rotations of
+    columns ``(i, i + 1)`` (even ``i``, then odd ``i``, ...) by fixed generic angles, each taken only
+    where the pair's values are equal to rounding (the angle is 0 elsewhere: those columns are left as
+    they are, bit for bit).  A product of rotations inside a run: ``U S V^H`` and ``V^H B V = I`` are
+    kept.  The angles depend on the position only, so every array of a call gets the same rotation."""
+    n = d.shape[-1]
+    if n < 2:
+        return tuple(vectors)
+    real = d.dtype
+    rtol = rounding_rtol(n, real)
+    with torch.no_grad():
+        x = d.detach()
+        pair = torch.maximum(x[..., :-1].abs(), x[..., 1:].abs())
+        equal = (x[..., 1:] - x[..., :-1]).abs() <= rtol * pair  # (..., n - 1): pair (i, i + 1) in one run
+        index = torch.arange(n - 1, device=d.device, dtype=real)
+        angle = torch.where(equal, 0.4 + 0.7 * torch.frac(index * 0.6180339887498949), torch.zeros((), dtype=real,
+                                                                                                     device=d.device))
+        c, s = angle.cos(), angle.sin()
+    out = []
+    for V in vectors:
+        W = V.detach().clone()
+        cc, ss = c.to(W.dtype).unsqueeze(-2), s.to(W.dtype).unsqueeze(-2)
+        for layer in range(_RUN_LAYERS):
+            first = layer % 2
+            i = slice(first, n - 1, 2)  # the pairs (i, i + 1) of this layer: disjoint
+            left, right = W[..., :, first:n - 1:2].clone(), W[..., :, first + 1:n:2].clone()
+            ci, si = cc[..., i], ss[..., i]
+            W[..., :, first:n - 1:2] = ci * left - si * right
+            W[..., :, first + 1:n:2] = si * left + ci * right
+        if normalize:
+            W = W / torch.linalg.vector_norm(W, dim=-2, keepdim=True)
+        out.append(W)
     return tuple(out)
 
 

@@ -67,15 +67,23 @@ def apply(cls, *args, compiled=None):
     handed over by the caller from a module global, which a compiler resolves to the class)."""
     if torch.compiler.is_compiling():
         return (cls if compiled is None else compiled).apply(*args)  # (a compiler traces apply itself)
-    if _transforms_active is None or _transforms_active():
-        return cls.apply(*args)
-    plain = _PLAIN.get(cls)
-    if plain is None:
-        plain = _PLAIN[cls] = _plain_signature(cls.forward)
-    if not plain:
-        return cls.apply(*args)
-    # what torch.autograd.Function.apply does outside the transforms, after binding
-    return super(torch.autograd.Function, cls).apply(*_unwrap_dead_wrappers(args))
+    try:
+        if _transforms_active is None or _transforms_active():
+            return cls.apply(*args)
+        plain = _PLAIN.get(cls)
+        if plain is None:
+            plain = _PLAIN[cls] = _plain_signature(cls.forward)
+        if not plain:
+            return cls.apply(*args)
+        # what torch.autograd.Function.apply does outside the transforms, after binding
+        return super(torch.autograd.Function, cls).apply(*_unwrap_dead_wrappers(args))
+    except Exception:
+        # a failure of the computation (LAPACK's, on a NaN) whose cause a deferred check recorded before
+        # it: that check's error, with its own message, is the one to raise
+        from .verdict import raise_deferred
+
+        raise_deferred()
+        raise
 
 
 def _functorch():
