@@ -63,7 +63,7 @@ def summary(times):
 
 
 #: families without a gap at the wanted end (module docstring, dense_case)
-SLOW_FAMILIES = ("sample covariance", "graph Laplacian")
+SLOW_FAMILIES = ("sample covariance", "low-rank covariance", "graph Laplacian")
 
 
 def spectrum_families(n, g):
@@ -81,6 +81,10 @@ def spectrum_families(n, g):
     X = torch.randn(n, n, dtype=torch.float64, generator=g)
     families["sample covariance"] = (X @ X.mT / n + torch.eye(n, dtype=torch.float64), True,
                                      "X X^T/n + I, Marchenko-Pastur: no gap at the top edge")
+    m = n // 4  # fewer samples than features: rank m, then a flat floor of n - m equal eigenvalues
+    X = torch.randn(n, m, dtype=torch.float64, generator=g)
+    families["low-rank covariance"] = (X @ X.mT / m + 0.01 * torch.eye(n, dtype=torch.float64), True,
+                                       f"X X^T/{m} + 0.01 I, X n x {m} (PCA of {m} samples): rank {m} over a floor")
     half = n // 2
     L = torch.zeros(n, n, dtype=torch.float64)
     for offset in (0, half):

@@ -166,7 +166,9 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
             return answer
     x = d.detach()
     v = _host_array(x)
-    if v is not None:  # a host vector: NumPy's small-array calls are cheaper than a dozen torch calls
+    if v is not None and v.size <= 64 and not v.dtype.kind == "c":  # a few values: plain Python is cheapest
+        answer = _close_pair_small(v.reshape(-1, v.shape[-1]).tolist(), kind == "sum", rtol)
+    elif v is not None:  # a host vector: NumPy's small-array calls are cheaper than a dozen torch calls
         import numpy as np
 
         scale = np.maximum(np.abs(v).max(-1, keepdims=True), np.finfo(v.dtype).tiny)
@@ -194,6 +196,19 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
     except TypeError:  # a tensor subclass without weak references: no memory
         pass
     return answer
+
+
+def _close_pair_small(rows, plus: bool, rtol: float) -> bool:
+    """:func:`_close_pair` of a few real values (a list of rows) in plain Python."""
+    for row in rows:
+        if not row:
+            continue
+        scale = max(max(map(abs, row)), 2.2250738585072014e-308)
+        values = sorted(row + [-x for x in row]) if plus else sorted(row)
+        tol = rtol * scale
+        if any(b - a <= tol for a, b in zip(values, values[1:])):
+            return True
+    return False
 
 
 def _close_in_plane(v, tol) -> bool:
@@ -603,46 +618,44 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = Fal
     return tuple(out)
 
 
-#: layers of rotations of neighbouring columns in :func:`_rotate_runs`: a run of up to this many equal
-#: values gets a basis with no entry of LAPACK's left exactly zero
-_RUN_LAYERS = 4
-
-
 def _rotate_runs(d: torch.Tensor, vectors, normalize: bool):
     """:func:`generic_basis` without a read, for sorted values (``eigh``, ``svd``), whose clusters of
-    values equal to rounding are runs of neighbours: ``_RUN_LAYERS`` layers of plane rotations of
-    columns ``(i, i + 1)`` (even ``i``, then odd ``i``, ...) by fixed generic angles, each taken only
-    where the pair's values are equal to rounding (the angle is 0 elsewhere: those columns are left as
-    they are, bit for bit).  A product of rotations inside a run: ``U S V^H`` and ``V^H B V = I`` are
-    kept.  The angles depend on the position only, so every array of a call gets the same rotation."""
+    values equal to rounding are runs of neighbours: ``V R`` with the Cayley transform
+    ``R = (I - S)^-1 (I + S)`` of the tridiagonal skew ``S``, ``S_i,i+1 = θ_i`` (fixed generic angles)
+    where the pair ``(i, i + 1)`` is equal to rounding and 0 elsewhere.  ``S`` is block diagonal over
+    the runs, so ``R`` is orthogonal (unitary), dense inside each run (no entry of LAPACK's basis left
+    exactly zero) and the identity outside them (those columns are left as they are, bit for bit).
+    ``U S V^H`` and ``V^H B V = I`` are kept; every array of a call gets the same ``R``."""
     n = d.shape[-1]
     if n < 2:
         return tuple(vectors)
     real = d.dtype
     rtol = rounding_rtol(n, real)
+    dtype = vectors[0].dtype
     with torch.no_grad():
         x = d.detach()
         pair = torch.maximum(x[..., :-1].abs(), x[..., 1:].abs())
         equal = (x[..., 1:] - x[..., :-1]).abs() <= rtol * pair  # (..., n - 1): pair (i, i + 1) in one run
-        index = torch.arange(n - 1, device=d.device, dtype=real)
-        angle = torch.where(equal, 0.4 + 0.7 * torch.frac(index * 0.6180339887498949), torch.zeros((), dtype=real,
-                                                                                                     device=d.device))
-        c, s = angle.cos(), angle.sin()
+        theta = _RUN_ANGLES.get((n, real, x.device))
+        if theta is None:
+            theta = _RUN_ANGLES[n, real, x.device] = (
+                0.4 + 0.7 * torch.frac(torch.arange(n - 1, dtype=torch.float64) * 0.6180339887498949)).to(real).to(
+                x.device)
+        upper = torch.diag_embed(theta * equal, offset=1).to(dtype)
+        skew = upper - upper.mT
+        eye = torch.eye(n, dtype=dtype, device=x.device)
+        R = torch.linalg.solve(eye - skew, eye + skew)
     out = []
     for V in vectors:
-        W = V.detach().clone()
-        cc, ss = c.to(W.dtype).unsqueeze(-2), s.to(W.dtype).unsqueeze(-2)
-        for layer in range(_RUN_LAYERS):
-            first = layer % 2
-            i = slice(first, n - 1, 2)  # the pairs (i, i + 1) of this layer: disjoint
-            left, right = W[..., :, first:n - 1:2].clone(), W[..., :, first + 1:n:2].clone()
-            ci, si = cc[..., i], ss[..., i]
-            W[..., :, first:n - 1:2] = ci * left - si * right
-            W[..., :, first + 1:n:2] = si * left + ci * right
+        W = V.detach() @ R
         if normalize:
             W = W / torch.linalg.vector_norm(W, dim=-2, keepdim=True)
         out.append(W)
     return tuple(out)
+
+
+#: the generic angles of :func:`_rotate_runs`, per size, dtype and device
+_RUN_ANGLES: dict = {}
 
 
 # ------------------------------------------------------------------ spectral losses at clusters

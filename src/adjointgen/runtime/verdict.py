@@ -75,7 +75,7 @@ def deferred(x: torch.Tensor | None = None) -> bool:
     """Whether the checks of values on ``x``'s device are deferred (no host read)."""
     if _MODE != "auto":
         return _MODE == "deferred"
-    return x is not None and x.device.type not in ("cpu", "meta")
+    return x is not None and not x.is_cpu and not x.is_meta
 
 
 def verdict(bad: torch.Tensor, error: Callable[[], Exception]) -> None:
