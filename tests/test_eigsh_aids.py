@@ -62,8 +62,8 @@ def iterations(A, B, U, w, aid):
 def test_block_lanczos_route_certifies_and_preconditions(largest):
     n, k = 1100, 8  # above the full-spectrum size: block Lanczos on (sigma I - A)^{-1}
     A = goe(n, 0)
-    # the route by name (chosen automatically it has a time budget, and on a loaded machine may hand
-    # over to the direct solver: see test_krylov_budget_hands_over_to_the_direct_solver)
+    # the route by name (chosen automatically it has a budget, priced by a cost model, and hands over
+    # to the direct solver when spent: see test_krylov_budget_hands_over_to_the_direct_solver)
     w, U, info = partial_eigh(A, k, largest=largest, method="krylov")
     assert info.method == "krylov" and info.certificate == "inertia"
     reference = torch.linalg.eigvalsh(A)
@@ -78,7 +78,7 @@ def test_block_lanczos_route_certifies_and_preconditions(largest):
 @pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
 def test_krylov_budget_hands_over_to_the_direct_solver(monkeypatch, largest):
     """Chosen automatically, the block Lanczos route gives up once it has spent (or predicts it will
-    spend) its budget, a multiple of the direct solver's priced time; the direct solver's pairs and
+    spend) its budget, a multiple of the direct solver's priced cost; the direct solver's pairs and
     gradients are then returned. An exhausted budget is simulated; an unlimited one keeps the route."""
     import adjointgen.runtime.eigsolvers.krylov as krylov
 
@@ -97,6 +97,39 @@ def test_krylov_budget_hands_over_to_the_direct_solver(monkeypatch, largest):
     # named, the route keeps going whatever the budget
     assert partial_eigh(A, k, largest=largest, method="krylov")[2].method == "krylov"
     check_gradients(A, k, largest)
+
+
+def test_the_automatic_route_is_decided_by_counting_not_by_the_clock(monkeypatch):
+    """The block Lanczos route prices itself in block products (a cost model), not in seconds: a clock
+    that jumps between reads, like a loaded machine's, changes nothing, and the same matrix takes
+    the same route, with the same products, every time."""
+    import time as time_module
+
+    import adjointgen.runtime.eigsolvers.krylov as krylov
+
+    n, k = 1100, 5
+    for A, expected in ((_power_law(n), "krylov"), (_no_gap_at_the_top(n), "dense")):
+        first = partial_eigh(A, k)[2]
+        ticks = iter(range(10 ** 6))
+        monkeypatch.setattr(time_module, "perf_counter", lambda: 1e3 * next(ticks))
+        second = partial_eigh(A, k)[2]
+        monkeypatch.undo()
+        assert first.method == second.method == expected, (first.method, second.method)
+        assert first.iterations == second.iterations
+    assert "perf_counter" not in open(krylov.__file__).read()
+
+
+def _power_law(n):
+    """Eigenvalues 1/j in a random basis: block Lanczos converges in a few dozen products."""
+    Q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(6)))
+    return (Q * torch.arange(1, n + 1, dtype=torch.float64) ** -1.0) @ Q.mT
+
+
+def _no_gap_at_the_top(n):
+    """A low-rank sample covariance (n/4 samples over a floor): the top edge of its spectrum has no
+    gap, so block Lanczos converges slowly there and the cost model hands over to the direct solver."""
+    X = torch.randn(n, n // 4, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    return X @ X.mT / (n // 4) + 0.01 * torch.eye(n, dtype=torch.float64)
 
 
 def test_block_lanczos_route_forward_mode():

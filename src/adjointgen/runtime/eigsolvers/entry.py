@@ -127,7 +127,7 @@ def partial_eigh(
                 w, U = result.w[:m], result.U[:, :m]
                 extra = (result.w[m:], result.U[:, m:])
                 limit = tol
-            else:  # the basis limit or the time budget was reached: the direct solver takes over
+            else:  # the basis limit or the cost budget was reached: the direct solver takes over
                 method = "dense"
         if method == "dense":
             # extra pairs beyond the m wanted ones deflate the backward's iterative solves (used

@@ -4,7 +4,6 @@ Part of :mod:`adjointgen.runtime.eigsolvers` (its docstring describes the routes
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -31,31 +30,45 @@ _KRYLOV_LOCATE_STEPS = 6
 #: The spectral transformation is used when it should shorten the Krylov process at least this much
 #: in the square of the pass count: (lambda_1 - lambda_n) >= gain * 4 delta.
 _KRYLOV_SHIFT_INVERT_GAIN = 4.0
-#: The direct solver's time for the wanted pairs (LAPACK ``syevr`` subset, tridiagonalization
-#: dominated), in units of one block product ``A @ Y`` (``n x 8``), per row: measured on 2 CPU threads,
-#: GOE, 33 pairs, n = 1200, 2000, 3000, 4000: 0.052, 0.035, 0.047, 0.056 n products. The Krylov route
-#: gives up (and the direct solver takes over) once it has spent, or predicts it will spend, this
-#: long: then it can cost at most about twice the direct route, where without the budget a slowly
-#: converging spectrum (the top of a sample covariance matrix, the bottom of a graph Laplacian) ran the
-#: basis to its limit first (1.6 s and 2.2 s at n = 2000, where the direct route takes 0.3 s).
-_KRYLOV_DENSE_PRODUCTS_PER_ROW = 0.045
-#: The budget, in units of that estimate: generous, since a load spike on a shared machine slows the
-#: Krylov steps after the locating products priced them; the extrapolation gives up on slowly
-#: converging spectra long before the budget is spent.
-_KRYLOV_BUDGET = 1.5
+# The route's cost model, in units of one block product ``A @ Y`` (``n x n`` times ``n x 8``, contiguous),
+# measured on 2 CPU threads at n = 1200, 2000, 3000 (float64): the direct solver for the wanted pairs
+# (LAPACK ``syevr`` subset, 33 pairs) 0.055, 0.049, 0.049 n units (the full ``eigh``: 0.16, 0.14, 0.16 n);
+# the two triangular solves of a shift-inverted step 0.75, 1.03, 1.19; a Cholesky factorization 0.0082,
+# 0.0078, 0.0088 n; orthogonalizing a block against a basis of J vectors 0.81, 0.50, 0.57 at J = 400.
+# The route is priced by counting, not timed: the same matrix takes the same route on every run.
+#: the direct solver, per row
+_KRYLOV_DENSE_PRODUCTS_PER_ROW = 0.04
+#: a shift-inverted step's two triangular solves
+_KRYLOV_SOLVE_UNITS = 1.0
+#: a Cholesky factorization, per row
+_KRYLOV_CHOLESKY_UNITS_PER_ROW = 0.0085
+#: the Krylov route gives up (and the direct solver takes over) once it has spent, or its extrapolated
+#: convergence predicts it will spend, this many times the direct solver's units: then it costs at most
+#: about 2.5 times the direct route, where without the budget a slowly converging spectrum (the top of a
+#: sample covariance matrix, the bottom of a graph Laplacian) ran the basis to its limit first
+_KRYLOV_BUDGET = 1.0
+
+
+def _orthogonalization_units(dim: int, n: int) -> float:
+    """Units of orthogonalizing a new block against a basis of ``dim`` vectors (two GEMMs and a QR)."""
+    return 0.25 + 1.5 * dim / n
 
 
 class _OverBudget(Exception):
-    """The Krylov route would cost more than the direct solver (see ``_KRYLOV_DENSE_PRODUCTS_PER_ROW``)."""
+    """The Krylov route would cost more than the direct solver (see ``_KRYLOV_BUDGET``)."""
 
 
 @dataclass
 class _Budget:
-    """Wall-clock budget of the Krylov route: ``deadline`` in :func:`time.perf_counter` seconds."""
-    deadline: float
+    """The Krylov route's budget in block-product units (``limit``) and what it has spent."""
+    limit: float
+    spent: float = 0.0
 
-    def check(self, seconds_still_needed: float = 0.0) -> None:
-        if time.perf_counter() + seconds_still_needed > self.deadline:
+    def spend(self, units: float) -> None:
+        self.spent += units
+
+    def check(self, units_still_needed: float = 0.0) -> None:
+        if self.spent + units_still_needed > self.limit:
             raise _OverBudget
 
 
@@ -121,20 +134,23 @@ def _banded_ritz(band: np.ndarray, dim: int, count: int, largest: bool):
 
 
 def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor, max_dim, max_steps=None,
-                   far_end=False, budget: _Budget | None = None):
+                   far_end=False, budget: _Budget | None = None, apply_units: float = 1.0):
     """Block Lanczos on the symmetric operator ``apply`` (block size 8, full reorthogonalization)
     for its ``m`` largest (``top``) or smallest Ritz pairs and ``extra`` more; see
     :func:`_solve_krylov`. ``residual_factor(theta)`` turns the Lanczos estimate ``||B_J y_last||``
     into the relative residual the caller tests against ``tol``. Returns ``(theta, X, products,
-    converged)``, ``theta`` ordered from the wanted end. With a ``budget``, raises :class:`_OverBudget`
-    as soon as the time spent, or the time the extrapolated convergence still needs, exceeds it."""
+    converged)``, ``theta`` ordered from the wanted end. With a ``budget`` (each step costs ``apply_units``
+    plus its orthogonalization), raises :class:`_OverBudget` as soon as the units spent, or those the
+    extrapolated convergence still needs, exceed it."""
     b = _KRYLOV_BLOCK
     eps = torch.finfo(dtype).eps
     max_dim = max(b, min(max_dim // b * b, (n - 1) // b * b))
     want = m + max(0, min(extra, max_dim // 4 - m))
-    Q = torch.empty(n, max_dim + b, dtype=dtype, device=device)
+    # the basis vectors as rows: a block of them and the basis so far are contiguous (a strided n x 8
+    # slice made the products with A 2-5 times slower, a strided basis the orthogonalization 2.7 times)
+    Qt = torch.empty(max_dim + b, n, dtype=dtype, device=device)
     Z0 = _random_block(n, b, dtype, device)
-    Q[:, :b] = torch.linalg.qr(Z0)[0]
+    Qt[:b] = torch.linalg.qr(Z0)[0].mT
     band = np.zeros((b + 1, max_dim + b))
     previous_B = None
     products = 0
@@ -142,18 +158,19 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
     history: list[tuple[int, float]] = []
     step = 0
     scale = None
-    step_seconds = 0.0
+    step_units = apply_units
     while True:
-        step_start = time.perf_counter()
+        lo, hi = step * b, (step + 1) * b
+        step_units = apply_units + _orthogonalization_units(hi, n)
         if budget is not None:
             budget.check()
-        lo, hi = step * b, (step + 1) * b
-        Z = apply(Q[:, lo:hi])
+            budget.spend(step_units)
+        Z = apply(Qt[lo:hi].mT.contiguous())
         products += b
         if previous_B is not None:
-            Z.addmm_(Q[:, lo - b:lo], previous_B.mT, alpha=-1)
-        H = Q[:, :hi].mT @ Z
-        Z.addmm_(Q[:, :hi], H, alpha=-1)
+            Z.addmm_(Qt[lo - b:lo].mT, previous_B.mT, alpha=-1)
+        H = Qt[:hi] @ Z
+        Z.addmm_(Qt[:hi].mT, H, alpha=-1)
         diagonal_block = H[lo:hi].double()
         diagonal_block = ((diagonal_block + diagonal_block.mT) / 2).cpu().numpy()
         if scale is None:
@@ -168,11 +185,10 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
             B_next[dependent] = 0
             fresh = _random_block(n, b, dtype, device, seed=_SEED + 11 + step)
             for _ in range(2):
-                fresh = fresh - Q[:, :hi] @ (Q[:, :hi].mT @ fresh)
+                fresh = fresh - Qt[:hi].mT @ (Qt[:hi] @ fresh)
                 fresh = fresh - Q_next[:, ~dependent] @ (Q_next[:, ~dependent].mT @ fresh)
             Q_next[:, dependent] = torch.linalg.qr(fresh[:, dependent])[0]
         B_np = B_next.double().cpu().numpy()
-        step_seconds = time.perf_counter() - step_start
         for d in range(b):
             band[d, lo:hi - d] = np.diagonal(diagonal_block, -d)
         for d in range(1, b + 1):  # T[hi + i, lo + j] = B[i, j] (upper triangular) at distance b + i - j
@@ -195,7 +211,7 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
             if worst <= 0.5 * tol or last:
                 theta, Y = _banded_ritz(band, dim, want, top)
                 Yt = torch.from_numpy(Y).to(dtype=dtype, device=device)
-                X = Q[:, :dim] @ Yt
+                X = Qt[:dim].mT @ Yt
                 return theta, X, products, worst <= 0.5 * tol
             history.append((dim, math.log(max(worst, 1e-300))))
             # the estimates fall faster than geometrically (superlinear convergence): a straight-line
@@ -209,9 +225,9 @@ def _block_lanczos(apply, n, dtype, device, m, extra, top, tol, residual_factor,
                     needed = (math.log(0.5 * tol) - e1) / rate
                     grow = int(min(max(0.75 * needed, 2 * b), dim // 2))
                     if budget is not None:  # the same optimistic 3/4 of the straight-line estimate
-                        budget.check(0.75 * needed / b * step_seconds)
+                        budget.check(0.75 * needed / b * step_units)
             next_check = dim + grow
-        Q[:, hi:hi + b] = Q_next
+        Qt[hi:hi + b] = Q_next.mT
         previous_B = B_next
         step += 1
 
@@ -244,33 +260,21 @@ def _solve_krylov(A: torch.Tensor, m: int, extra: int, largest: bool, tol: float
     has spent, or its extrapolated convergence predicts it would spend, 1.5 times the direct solver's
     time, priced from the locating run's fastest product (``_KRYLOV_DENSE_PRODUCTS_PER_ROW``); the
     caller then uses the direct solver."""
-    start = time.perf_counter()
     n = A.shape[0]
     dtype, device = A.dtype, A.device
     max_dim = min(int(_KRYLOV_MAX_FRACTION * n), _KRYLOV_MAX_DIM)
-    outer = 1.0 if largest else -1.0
     products = 0
+    budget = _Budget(_KRYLOV_BUDGET * _KRYLOV_DENSE_PRODUCTS_PER_ROW * n) if budgeted else None
 
     def plain_factor(theta):
         return 1.0 / (normA + np.abs(theta))
 
-    product_seconds = []
-
-    def timed_product(Y):
-        t0 = time.perf_counter()
-        Z = A @ Y
-        product_seconds.append(time.perf_counter() - t0)
-        return Z
-
-    # 1. locate the wanted end (and estimate the far end); the fastest of its products (the first
-    # may pay a warm-up) prices the direct solver, which sets the route's budget
-    theta, X, used, _ = _block_lanczos(timed_product, n, dtype, device, m, 0, largest, tol, plain_factor,
-                                       max_dim, max_steps=_KRYLOV_LOCATE_STEPS, far_end=True)
-    theta, far, residual_norms = theta
-    products += used
-    budget = (_Budget(start + _KRYLOV_BUDGET * _KRYLOV_DENSE_PRODUCTS_PER_ROW * n * min(product_seconds))
-              if budgeted else None)
+    # 1. locate the wanted end (and estimate the far end)
     try:
+        theta, X, used, _ = _block_lanczos(lambda Y: A @ Y, n, dtype, device, m, 0, largest, tol, plain_factor,
+                                           max_dim, max_steps=_KRYLOV_LOCATE_STEPS, far_end=True, budget=budget)
+        theta, far, residual_norms = theta
+        products += used
         return _krylov_after_locating(A, m, extra, largest, tol, normA, theta, far, residual_norms, products,
                                       max_dim, budget)
     except _OverBudget:
@@ -304,6 +308,8 @@ def _krylov_after_locating(A, m, extra, largest, tol, normA, theta, far, residua
         sigma = float(theta[0]) + outer * (reach + 0.5 * delta)
         C = -outer * A
         C.diagonal().add_(outer * sigma)
+        if budget is not None:
+            budget.spend(_KRYLOV_CHOLESKY_UNITS_PER_ROW * n)
         L, info = torch.linalg.cholesky_ex(C)
         del C
         if int(info) == 0:
@@ -322,7 +328,7 @@ def _krylov_after_locating(A, m, extra, largest, tol, normA, theta, far, residua
             return norm_shifted / (nu * (normA + np.abs(lam)))
 
         nu, X, used, converged = _block_lanczos(inverse, n, dtype, device, m, extra, True, tol, inverse_factor,
-                                                max_dim // 2, budget=budget)
+                                                max_dim // 2, budget=budget, apply_units=_KRYLOV_SOLVE_UNITS)
         products += used
         if converged:
             lam = sigma - outer / torch.from_numpy(nu)
