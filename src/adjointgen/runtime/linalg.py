@@ -525,3 +525,26 @@ def _check_triangular_spectrum(T, upper: bool) -> None:
 
         values = numpy.array(T.cpu().resolve_conj().tolist(), dtype=numpy.complex128 if T.is_complex() else numpy.float64)
     check_triangular_spectrum(numpy, values, upper)
+
+
+def gram(A: torch.Tensor) -> torch.Tensor:
+    """``A^H A`` (``A`` one ``m x n`` matrix, no graph): on the CPU by BLAS's symmetric rank-k update
+    (``?syrk``/``?herk``: half the flops of the general product; 4000 x 2000 float64 on 2 threads, 0.22 s
+    against 0.39 s), symmetric (Hermitian) to the last bit; elsewhere the product, symmetrized."""
+    if A.device.type == "cpu" and A.dim() == 2 and A.dtype in (torch.float32, torch.float64, torch.complex64,
+                                                                  torch.complex128) and min(A.shape) > 0:
+        from scipy.linalg import blas
+
+        a = A.detach().resolve_conj().numpy()
+        update = {torch.float32: blas.ssyrk, torch.float64: blas.dsyrk, torch.complex64: blas.cherk,
+                  torch.complex128: blas.zherk}[A.dtype]
+        # a.T is the Fortran-ordered n x m matrix A^T: C = (A^T)(A^T)^H = A^T conj(A); A^H A is its conjugate
+        lower = torch.from_numpy(update(1.0, a.T, trans=0, lower=1))
+        if A.is_complex():
+            lower = lower.conj()
+        G = lower.tril() + lower.tril(-1).mH
+        if A.is_complex():
+            G.diagonal().imag.zero_()
+        return G.resolve_conj()
+    G = A.mH @ A
+    return (G + G.mH) / 2
