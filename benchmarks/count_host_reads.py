@@ -42,28 +42,43 @@ def _time(fn, A, loss, calls=2000):
     return best
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="fewer calls per timing (a smoke run)")
+    args = p.parse_args(argv)
+    calls = 200 if args.quick else 2000
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rows = []
+    rows, results = [], []
     reads = _cases(5)
-    for name, (get, A, loss) in _cases(4).items():
-        counted = []
-        for ns, mode in ((torch.linalg, "auto"), (agt, "eager"), (agt, "deferred")):
-            getr, Ar, lossr = reads[name]
-            with verdict.checking(mode):
-                _step(getr(ns), Ar, lossr)  # warm
-                with counting() as c:
-                    _step(getr(ns), Ar, lossr)
-            counted.append(sum(c.values()))
-        t_torch = _time(get(torch.linalg), A, loss)
-        t_eager = _time(get(agt), A, loss)
-        with verdict.checking("deferred"):
-            t_deferred = _time(get(agt), A, loss)
-        verdict.raise_deferred()
-        rows.append((name, *counted, f"{t_torch * 1e6:.0f}", f"{t_eager * 1e6:.0f}", f"{t_deferred * 1e6:.0f}",
-                     f"{t_eager / t_torch:.2f}", f"{t_deferred / t_torch:.2f}"))
+    try:
+        for name, (get, A, loss) in _cases(4).items():
+            counted = []
+            for ns, mode in ((torch.linalg, "auto"), (agt, "eager"), (agt, "deferred")):
+                getr, Ar, lossr = reads[name]
+                with verdict.checking(mode):
+                    _step(getr(ns), Ar, lossr)  # warm
+                    with counting() as c:
+                        _step(getr(ns), Ar, lossr)
+                counted.append(sum(c.values()))
+            t_torch = _time(get(torch.linalg), A, loss, calls)
+            t_eager = _time(get(agt), A, loss, calls)
+            with verdict.checking("deferred"):
+                t_deferred = _time(get(agt), A, loss, calls)
+            verdict.raise_deferred()
+            rows.append((name, *counted, f"{t_torch * 1e6:.0f}", f"{t_eager * 1e6:.0f}", f"{t_deferred * 1e6:.0f}",
+                         f"{t_eager / t_torch:.2f}", f"{t_deferred / t_torch:.2f}"))
+            results.append({"benchmark": "host reads", "case": f"{name}: reads per fwd+bwd, deferred checks, minus torch's",
+                            "value": counted[2] - counted[0], "format": "d", "target": "<= 0"})
+            results.append({"benchmark": "fixed cost", "case": f"{name}: fwd+bwd at n = 4, one thread, eager checks",
+                            "ratio": t_eager / t_torch, "anchor": "torch.linalg", "target": "<= 1.5"})
+    finally:
+        torch.set_num_threads(threads)
     print(table(rows, ("op", "torch reads", "eager reads", "deferred reads", "torch us", "eager us", "deferred us",
                        "eager / torch", "deferred / torch")))
+    return results
 
 
 if __name__ == "__main__":

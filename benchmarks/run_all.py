@@ -34,7 +34,10 @@ BENCHMARKS = [
     ("bench_jax_rules", []),
     ("bench_new_ops", []),
     ("sweep_funm", []),
+    ("count_host_reads", []),
 ]
+#: --only names of the scripts not called bench_<name>
+SHORT = {"sweep_funm": "sweep", "count_host_reads": "reads"}
 
 
 def judged(result, quick: bool) -> str:
@@ -51,14 +54,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run; targets not judged)")
     p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, jax, new_ops, "
-                                  "sweep)")
+                                  "sweep, reads)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None
     results, failed = [], []
     start = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for module_name, extra in BENCHMARKS:
-        short = module_name.removeprefix("bench_") if module_name.startswith("bench_") else module_name.split("_")[0]
+        short = SHORT.get(module_name, module_name.removeprefix("bench_"))
         if wanted and short not in wanted:
             continue
         print(f"\n===== {module_name} {' '.join(extra + (['--quick'] if args.quick else []))}", flush=True)
