@@ -336,3 +336,33 @@ def test_the_engines_nodes_carry_their_differential_evaluation_and_lowering():
                 "adjoint_rule"} <= set(dir(cls)), name
     for name in ("ShiftedSolve", "DiagFunction", "LogAbsDet", "SignDet"):
         assert "expand_rule" in vars(getattr(nodes, name)), name
+
+
+#: strings of the runtime that name one of its own routes, not a catalogue operation: the pinv
+#: decision's methods (``lu``: LU with partial pivoting), which ARCHITECTURE.md leaves hand-written
+ROUTE_NAMES = {("pinv/common.py", "lu")}
+
+
+def test_the_runtime_keys_nothing_by_an_operation_name():
+    """No branch, table or lookup in ``src/adjointgen/runtime`` is keyed by a catalogue operation's
+    name (a comparison with it, a dictionary key, a subscript): what differs between operations is
+    declared in their derivations and reaches the runtime as data from the generated caller."""
+    operations = {p.stem for p in (ROOT / "derivations").glob("*.py") if not p.stem.startswith("_")}
+    assert {"eigh", "svd", "lu", "inv"} <= operations
+    runtime = ROOT / "src" / "adjointgen" / "runtime"
+    found = []
+    for path in sorted(runtime.rglob("*.py")):
+        where = str(path.relative_to(runtime))
+        for node in ast.walk(ast.parse(path.read_text())):
+            keys = []
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                    keys += [e.value for e in items if isinstance(e, ast.Constant)]
+            elif isinstance(node, ast.Dict):
+                keys += [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                keys.append(node.slice.value)
+            found += [f"{where}:{node.lineno}: {k!r}" for k in keys
+                      if isinstance(k, str) and k in operations and (where, k) not in ROUTE_NAMES]
+    assert not found, found

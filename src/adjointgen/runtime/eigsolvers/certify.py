@@ -242,7 +242,7 @@ def _certify_explicit(kind, opA, opB, w, U, k, m, largest, tol, normA, normB):
         if count == expected:
             factor = None
             if expected == k:
-                factor = {"kind": "sparse", "lu": lu, "sigma": float(sigma), "A": As, "B": Bs, "sign": -outer}
+                factor = {"kind": "sparse", "splu": lu, "sigma": float(sigma), "A": As, "B": Bs, "sign": -outer}
             return w, U, certificate, None, factor
         if count < expected or count > max(2 * m, expected + _CERTIFY_MAX_EXTRA) or count >= n - 1:
             if count < expected:  # fewer than the computed pairs: the count is not trustworthy
@@ -351,4 +351,4 @@ def _backward_aid(factor, w, U, k, extra):
         if extra is not None and extra[1].shape[1]:
             W = extra[1]
         return DenseFactorAid(factor["L"], factor["sign"], W)
-    return SparseFactorAid(factor["A"], factor["B"], factor["sign"], float(w[k]), {factor["sigma"]: factor["lu"]})
+    return SparseFactorAid(factor["A"], factor["B"], factor["sign"], float(w[k]), {factor["sigma"]: factor["splu"]})
