@@ -202,3 +202,24 @@ def test_deferred_bases_of_exact_clusters_are_generic(A):
         torch.autograd.grad(V[j, j] ** 2, X)
     with pytest.raises(DegenerateSubspaceError):
         verdict.raise_deferred()
+
+
+@pytest.mark.parametrize("partial", ["eigsh", "svds"])
+def test_partial_solvers_refuse_a_value_of_a_cluster_when_deferred(partial):
+    """The partial solvers' backward at a cluster of the kept values: deferred, the loss is not
+    re-expressed, so a loss on one value of the cluster must be refused, not differentiated as if the
+    values were apart."""
+    n = 40
+    Q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(5)))
+    values = torch.linspace(0.1, 1.0, n, dtype=torch.float64)
+    values[-3:] = torch.tensor([3.0, 5.0, 5.0], dtype=torch.float64)
+    A = ((Q * values) @ Q.mT).requires_grad_()
+    with verdict.checking("deferred"):
+        if partial == "eigsh":
+            w, V = agt.eigsh(A, 3)
+            torch.autograd.grad(w[0] + 2 * w[1], A)  # the two 5s: an individual value of the pair
+        else:
+            U, S, Vh = agt.svds(A, 3)
+            torch.autograd.grad(S[0] + 2 * S[1], A)
+    with pytest.raises(DegenerateSubspaceError):
+        verdict.raise_deferred()

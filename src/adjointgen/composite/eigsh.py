@@ -253,7 +253,9 @@ def _cluster_checks(generalized, w, V, gw, gV):
     V, gw, gV = _degeneracy.complete("eigsh", w, (V,), gw, (gV,))
     module = rules_generalized if generalized else rules
     residual = getattr(module, f"{name}_gauge_clusters{'_complex' if V.is_complex() else ''}")(w, V, gV)
-    _degeneracy.check("eigsh", residual, _degeneracy.cluster_mask(w), None, gV, values=w, gd=gw)
+    # (the split of the values is checked where complete() did not re-express the loss: deferred checks)
+    split = None if _degeneracy.completing(w) else gw
+    _degeneracy.check("eigsh", residual, _degeneracy.cluster_mask(w), split, gV, values=w, gd=gw)
     return V, gw, gV
 
 

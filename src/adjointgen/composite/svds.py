@@ -161,8 +161,9 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
     if _gauge.enabled() and _degeneracy.has_clusters(S):
         U, V, gS, gU, gV = _degeneracy.complete("svds", S, (U, V), gS, (gU, gV), what="singular values")
         residual = rules.svds_gauge_clusters(U, S, V, gU, gV)
-        _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), None, gU, gV, what="singular values", values=S,
-                              gd=gS)
+        split = None if _degeneracy.completing(S) else gS  # (not re-expressed: deferred checks)
+        _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), split, gU, gV, what="singular values",
+                          values=S, gd=gS)
     gram = ctx.gram if ctx.gram is not None and ctx.gram.shape == (A.shape[-1],) * 2 else None
     with solve_options(tol=backward_tol(ctx.tol, S.dtype), aid=ctx.aid):
         if not (_gauge.enabled() and _degeneracy.has_clusters(S)):
