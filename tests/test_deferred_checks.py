@@ -223,3 +223,21 @@ def test_partial_solvers_refuse_a_value_of_a_cluster_when_deferred(partial):
             torch.autograd.grad(S[0] + 2 * S[1], A)
     with pytest.raises(DegenerateSubspaceError):
         verdict.raise_deferred()
+
+
+def test_forward_mode_checks_are_deferred_and_read_nothing():
+    """Forward mode (jvp) of eigh: no read with valid input; a tangent that splits a cluster (which
+    the tangents cannot carry) is refused at raise_deferred, as the eager mode refuses it at once."""
+    A = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    A = A + A.mT
+    T = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    T = T + T.mT
+    with verdict.checking("deferred"):
+        torch.func.jvp(agt.eigh, (A,), (T,))
+        with counting() as reads:
+            torch.func.jvp(agt.eigh, (A,), (T,))
+    assert sum(reads.values()) == 0, reads
+    D = torch.diag(torch.tensor([1.0, 2.0, 2.0, 3.0], dtype=torch.float64))
+    split = torch.zeros(4, 4, dtype=torch.float64)
+    split[1, 1] = 1.0  # moves one of the two equal eigenvalues only
+    _raises_late(DegenerateSubspaceError, lambda: torch.func.jvp(agt.eigh, (D,), (split,)))

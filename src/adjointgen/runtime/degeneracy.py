@@ -488,7 +488,7 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
     with torch.no_grad():
         n = X.shape[-1]
         off = same & ~torch.eye(n, dtype=torch.bool, device=same.device)
-        if not bool(off.any()):
+        if not deferred(off) and not bool(off.any()):  # (eager: no cluster, nothing more to read)
             return
         real = X.real.dtype if X.is_complex() else X.dtype
         eps, tiny = torch.finfo(real).eps, torch.finfo(real).tiny
@@ -497,15 +497,17 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
         diag = X.diagonal(dim1=-2, dim2=-1)
         spread = (diag.unsqueeze(-1) - diag.unsqueeze(-2)).abs()
         bad = off & ((X.abs() > math.sqrt(eps) * level + tiny) | (spread > math.sqrt(eps) * level + tiny))
-        if not bool(bad.any()):
-            return
+
+    def error():
         flat_bad = bad.reshape(-1, n, n)
         flat_same = off.expand_as(bad).reshape(-1, n, n)
         b = int(flat_bad.any(-1).any(-1).nonzero()[0])
         members = next(c for c in _clusters_of(flat_same[b].cpu()) if bool(flat_bad[b][c][:, c].any()))
         where = f"batch index {b}, " if flat_bad.shape[0] > 1 else ""
         rows = d.detach().reshape(-1, d.shape[-1])
-        raise tangent_split_error(op, members, where, rows[b % rows.shape[0]].cpu() if rows.shape[0] else None)
+        return tangent_split_error(op, members, where, rows[b % rows.shape[0]].cpu() if rows.shape[0] else None)
+
+    verdict(bad, error)
 
 
 # ------------------------------------------------------------------ a generic basis of exact clusters
@@ -644,7 +646,7 @@ def _rotate_runs(d: torch.Tensor, vectors, normalize: bool):
         upper = torch.diag_embed(theta * equal, offset=1).to(dtype)
         skew = upper - upper.mT
         eye = torch.eye(n, dtype=dtype, device=x.device)
-        R = torch.linalg.solve(eye - skew, eye + skew)
+        R = torch.linalg.solve_ex(eye - skew, eye + skew)[0]  # (I - S is never singular; _ex: no sync on a GPU)
     out = []
     for V in vectors:
         W = V.detach() @ R

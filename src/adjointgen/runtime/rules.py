@@ -163,7 +163,40 @@ class Rules:
         """The rules for the arrays of ``env``: those of the variant with the most outputs that are
         all square there (the shapes are static under tracing), else these.  With declared
         :attr:`shapes`, "square" is the derivation's: both dimensions of the output equal (and the
-        arrays must fit the declared dimensions, see :meth:`dims`)."""
+        arrays must fit the declared dimensions, see :meth:`dims`).  The choice depends on the
+        shapes only, and is remembered per shape signature (the route is recorded every time)."""
+        if not self.variants:
+            return self
+        try:
+            import torch
+
+            if torch.compiler.is_compiling():  # (symbolic shapes: no memo)
+                raise TypeError
+            key = tuple(tuple(getattr(env.get(name), "shape", ())) for name in self._shape_names())
+            hash(key)
+        except TypeError:
+            return self._choose(env)[1]
+        memo = self.__dict__.setdefault("_memo", {})
+        found = memo.get(key)
+        if found is None:
+            if len(memo) > 64:
+                memo.clear()
+            found = memo[key] = self._choose(env)
+        route, rules = found
+        if route is not None:
+            taken(self.op, route)
+        return rules
+
+    def _shape_names(self) -> tuple:
+        """The arrays whose shapes decide :meth:`for_shapes`."""
+        names = self.__dict__.get("_names")
+        if names is None:
+            names = tuple(dict.fromkeys([n for n, _ in self.shapes] + [n for v in self.variants for n in v.square]))
+            object.__setattr__(self, "_names", names)
+        return names
+
+    def _choose(self, env: dict) -> tuple:
+        """``(route or None, rules)`` of :meth:`for_shapes` (raises where the shapes do not fit)."""
         dims = self.dims(env) if self.shapes else {}
         if self.shapes:
             declared = dict(self.shapes)
@@ -188,12 +221,10 @@ class Rules:
             if applies(v) and (best is None or len(v.square) + bool(v.shorter) > len(best.square) + bool(best.shorter)):
                 best = v
         if best is None:
-            if any(not v.directions for v in self.variants):  # a choice was made: the general rules
-                taken(self.op, "rules")
-            return self
+            # a choice was made where there are variants for these directions: the general rules
+            return ("rules" if any(not v.directions for v in self.variants) else None), self
         parts = (("square", *best.square) if best.square else ()) + (("shorter", *best.shorter) if best.shorter else ())
-        taken(self.op, "rules_" + "_".join(parts))
-        return self._with(best)
+        return "rules_" + "_".join(parts), self._with(best)
 
     def for_directions(self) -> "Rules":
         """The rules along unstructured tangents of the symmetric inputs (the general-matrix
