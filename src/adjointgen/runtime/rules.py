@@ -8,6 +8,8 @@ this module imports no array library.
 """
 from __future__ import annotations
 
+import sys
+
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable
@@ -168,9 +170,8 @@ class Rules:
         if not self.variants:
             return self
         try:
-            import torch
-
-            if torch.compiler.is_compiling():  # (symbolic shapes: no memo)
+            torch = sys.modules.get("torch")  # (this module is library-free: the JAX side reads it too)
+            if torch is not None and torch.compiler.is_compiling():  # (symbolic shapes: no memo)
                 raise TypeError
             key = tuple(tuple(getattr(env.get(name), "shape", ())) for name in self._shape_names())
             hash(key)

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:  # (imported by the library-free gauge module, which the JAX side reads too)
+    import torch
 
 __all__ = ["checking", "deferred", "mode", "pending", "raise_deferred", "set_mode", "verdict"]
 
@@ -111,6 +112,8 @@ def raise_deferred() -> None:
     by_device: dict = {}
     for i, f in enumerate(flags):
         by_device.setdefault(f.device, []).append(i)
+    import torch
+
     failed = [False] * len(flags)
     for indices in by_device.values():
         for i, value in zip(indices, torch.stack([flags[i] for i in indices]).tolist()):
