@@ -404,9 +404,19 @@ def finite(x: torch.Tensor, name: str) -> None:
         extremes = torch.stack(torch.aminmax(torch.view_as_real(x.resolve_conj()) if x.is_complex() else x))
         if not deferred(x):  # one transfer, the verdict in Python (fewer operations than on the tensors)
             if not all(map(math.isfinite, extremes.tolist())):
-                raise ValueError(f"{name} contains NaN or Inf")
+                raise _nonfinite(name)
             return
-        verdict(~extremes.isfinite(), lambda: ValueError(f"{name} contains NaN or Inf"))
+        verdict(~extremes.isfinite(), lambda: _nonfinite(name))
+
+
+def _nonfinite(name: str) -> ValueError:
+    return ValueError(f"{name} contains NaN or Inf")
+
+
+def _asymmetric(name: str, hermitian: bool, asym: float, rtol: float, scale: float) -> ValueError:
+    return ValueError(f"{name} is not {'Hermitian' if hermitian else 'symmetric'}: "
+                      f"max |{name} - {name}^{'H' if hermitian else 'T'}| = {asym:.3e} > "
+                      f"{rtol:.1e} * max |{name}| = {rtol * scale:.3e}")
 
 
 def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_finite: bool = False) -> None:
@@ -430,14 +440,12 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
             if not deferred(x):  # one transfer, the verdicts in Python
                 lo, hi, alo, ahi = torch.stack((lo, hi, alo, ahi)).tolist()
                 if check_finite and not (math.isfinite(lo) and math.isfinite(hi)):  # NaN propagates
-                    raise ValueError(f"{name} contains NaN or Inf")
+                    raise _nonfinite(name)
                 if any(map(math.isnan, (lo, hi, alo, ahi))):
                     return  # NaN entries: no verdict on symmetry (as torch.maximum would propagate them)
                 scale, asym = max(-lo, hi), max(-alo, ahi)
                 if asym > rtol * scale:
-                    raise ValueError(
-                        f"{name} is not symmetric: max |{name} - {name}^T| = {asym:.3e} > "
-                        f"{rtol:.1e} * max |{name}| = {rtol * scale:.3e}")
+                    raise _asymmetric(name, False, asym, rtol, scale)
                 return
             scale, asym = torch.maximum(-lo, hi), torch.maximum(-alo, ahi)
             nonfinite = ~torch.stack((lo, hi)).isfinite().all() if check_finite else None  # (NaN propagates)
@@ -446,11 +454,8 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
 
         def error():
             if nonfinite is not None and bool(nonfinite):
-                return ValueError(f"{name} contains NaN or Inf")
-            return ValueError(
-                f"{name} is not {'Hermitian' if x.is_complex() else 'symmetric'}: "
-                f"max |{name} - {name}^{'H' if x.is_complex() else 'T'}| = {float(asym):.3e} > "
-                f"{rtol:.1e} * max |{name}| = {float(rtol * scale):.3e}")
+                return _nonfinite(name)
+            return _asymmetric(name, x.is_complex(), float(asym), rtol, float(scale))
 
         # one verdict (one read when eager) for both
         verdict(asymmetric if nonfinite is None else asymmetric | nonfinite, error)
