@@ -53,11 +53,16 @@ class Function(torch.autograd.Function):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("_twin", False) or "jvp" not in cls.__dict__:
-            return
-        cls._for_compiler = type(cls.__name__ + "Compiled", (cls,), {
-            "_twin": True, "jvp": staticmethod(torch.autograd.Function.jvp), "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__ + "Compiled"})
+        _make_twin(cls)
+
+
+@torch.compiler.disable  # (a module first imported inside a compiled function defines its classes there)
+def _make_twin(cls) -> None:
+    if cls.__dict__.get("_twin", False) or "jvp" not in cls.__dict__:
+        return
+    cls._for_compiler = type(cls.__name__ + "Compiled", (cls,), {
+        "_twin": True, "jvp": staticmethod(torch.autograd.Function.jvp), "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__ + "Compiled"})
 
 
 def apply(cls, *args, compiled=None):
