@@ -8,11 +8,14 @@ accepts them.
 """
 from __future__ import annotations
 
+import cmath
 import math
+import operator
+from itertools import chain as _chain_lists
 
 import torch
 from .function import nested_forward as _nested_forward
-from .verdict import deferred, verdict
+from .verdict import deferred, nonzero, verdict
 
 __all__ = [
     "NotPositiveDefiniteError", "ShapeError", "SingularMatrixError", "broadcast_batch", "finite", "floating",
@@ -119,6 +122,35 @@ def is_compiling_or_fake(x) -> bool:
     """A compiler traces the call, or ``x`` is a fake tensor (shape propagation): no values, and no
     host computation possible (unlike ``vmap``, whose rule can run a batch on plain tensors)."""
     return bool(torch.compiler.is_compiling() or (type(x) is not torch.Tensor and _is_fake(x)))
+
+
+#: the most entries a check of a CPU tensor reads into Python (eager checks): one read and plain
+#: arithmetic over this many values cost less than the half dozen tensor operations of the check,
+#: about 2 microseconds each on 2 cores (``python benchmarks/count_host_reads.py`` shows the fixed cost)
+HOST_ENTRIES = 256
+
+
+def host_values(x: torch.Tensor) -> list | None:
+    """``x``'s entries as a flat Python list (row-major), where a check is cheapest on the host: a
+    plain CPU tensor (no transform's wrapper, no subclass, no compiler or tracer) of at most
+    :data:`HOST_ENTRIES` entries, with eager checks; ``None`` otherwise (the check computes on the
+    tensor).  On the CPU a read is a copy, not a synchronisation."""
+    if (not x.is_cpu or x.numel() > HOST_ENTRIES or type(x) not in _PLAIN_TYPES or x.is_conj() or x.is_neg()
+            or (_is_wrapped is not None and _is_wrapped(x)) or deferred(x) or torch.compiler.is_compiling()
+            or is_proxy_tracing()):
+        return None
+    values = x.tolist()
+    for _ in range(x.dim() - 1):  # (a nested list per dimension: flattened, 4x cheaper than reshaping first)
+        values = list(_chain_lists.from_iterable(values))
+    return values if x.dim() else [values]
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _all_finite(values: list) -> bool:
+    """No NaN or Inf among ``values`` (a finite sum says so at once; an overflowing one is checked entry by entry)."""
+    return cmath.isfinite(sum(values)) or all(map(cmath.isfinite, values))
 
 
 def _is_fake(x) -> bool:
@@ -278,6 +310,11 @@ def invertible_factor(op: str, name: str, T: torch.Tensor, degree: int = 1) -> N
     rule; compilers and tracers do not)."""
     if T.numel() == 0 or is_traced(T):
         return
+    values = host_values(T)
+    if values is not None:
+        real = T.real.dtype if T.is_complex() else T.dtype
+        if _invertible_on_host(values, *T.shape[-2:], degree, torch.finfo(real).eps):
+            return  # (a failure: the tensors below find it and build the error)
     plain = physical(T)
     if plain is None:
         return
@@ -288,21 +325,40 @@ def invertible_factor(op: str, name: str, T: torch.Tensor, degree: int = 1) -> N
         # the line through the pivot that holds the triangle's other entries: an upper factor's column
         # (QR's R: the norm of A's column), a lower factor's row (Cholesky's L: sqrt(a_kk))
         upper = (X.tril(-1) == 0).all(-1).all(-1, keepdim=True)
-        size = torch.where(upper, torch.linalg.vector_norm(X, dim=-2)[..., :k],
-                           torch.linalg.vector_norm(X, dim=-1)[..., :k])
-        real = pivots.dtype
-        level = (k * torch.finfo(real).eps) ** (1.0 / degree) * size
-        noise = pivots <= level
+        # norms of X / max|X| (the test is homogeneous): entries near 1e300 would overflow the squares
+        top = X.abs().amax((-2, -1)).unsqueeze(-1).clamp_min(torch.finfo(pivots.dtype).tiny)
+        Y = X / top.unsqueeze(-1)
+        size = torch.where(upper, torch.linalg.vector_norm(Y, dim=-2)[..., :k],
+                           torch.linalg.vector_norm(Y, dim=-1)[..., :k])
+        noise = Y.diagonal(dim1=-2, dim2=-1).abs() <= (k * torch.finfo(pivots.dtype).eps) ** (1.0 / degree) * size
 
     def error():
         from .gauge import singular_factor_message
 
         bad = noise.nonzero()[0].tolist()
         where = f" (batch index {tuple(bad[:-1])})" if len(bad) > 1 else ""
-        pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
+        pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)]) * float(top[tuple(bad[:-1])])
         return SingularMatrixError(singular_factor_message(op, name, bad[-1], pivot, where, k, degree, scale))
 
     verdict(noise, error)
+
+
+def _invertible_on_host(values: list, m: int, n: int, degree: int, eps: float) -> bool:
+    """Whether every pivot passes :func:`invertible_factor`'s test, on the entries of a few ``m x n``
+    factors read into Python (:func:`host_values`)."""
+    k = min(m, n)
+    level = (k * eps) ** (1.0 / degree)
+    if not _all_finite(values):
+        return False  # (the tensors' comparisons decide, as they always did)
+    for b in range(0, len(values), m * n):
+        X = values[b:b + m * n]
+        upper = not any(X[i * n + j] for i in range(m) for j in range(min(i, n)))
+        for p in range(k):
+            line = X[p::n] if upper else X[p * n:(p + 1) * n]  # the pivot's column, or its row
+            size = math.hypot(*map(abs, line))
+            if abs(X[p * n + p]) <= level * size:
+                return False
+    return True
 
 
 def physical(*tensors, levels: bool = False):
@@ -398,6 +454,11 @@ def matrix(x: torch.Tensor, name: str, *, square: bool = False) -> None:
 def finite(x: torch.Tensor, name: str) -> None:
     if is_traced(x) or x.numel() == 0:
         return
+    values = host_values(x)
+    if values is not None:
+        if not _all_finite(values):
+            raise _nonfinite(name)
+        return
     x = x.detach()  # no tangents: some torch versions have no forward-mode rule for aminmax
     with torch.no_grad():
         # min and max in one pass (NaN propagates, ±Inf is an extreme): 5x faster than isfinite().all()
@@ -427,6 +488,10 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
         return
     real = x.real.dtype if x.is_complex() else x.dtype
     rtol = 100 * torch.finfo(real).eps if rtol is None else rtol
+    values = host_values(x)
+    if values is not None:
+        _symmetric_on_host(values, x.shape[-1], name, x.is_complex(), check_finite, rtol)
+        return
     x = x.detach()  # no tangents: some torch versions have no forward-mode rule for aminmax
     with torch.no_grad():
         if x.is_complex():
@@ -461,13 +526,32 @@ def symmetric(x: torch.Tensor, name: str, *, rtol: float | None = None, check_fi
         verdict(asymmetric if nonfinite is None else asymmetric | nonfinite, error)
 
 
+def _symmetric_on_host(values: list, n: int, name: str, hermitian: bool, check_finite: bool, rtol: float) -> None:
+    """:func:`symmetric` on the entries of a few ``n x n`` matrices read into Python (:func:`host_values`)."""
+    if not _all_finite(values):
+        if check_finite:
+            raise _nonfinite(name)
+        return  # NaN/Inf entries: no verdict on symmetry (as on the tensors)
+    scale = max(map(abs, values))
+    first = 0 if hermitian else 1  # (a Hermitian matrix's diagonal is real)
+    asym = 0.0
+    for b in range(0, len(values), n * n):
+        for i in range(n - first):  # row i right of the diagonal against column i below it
+            row, column = values[b + i * n + i + first:b + (i + 1) * n], values[b + (i + first) * n + i:b + n * n:n]
+            if hermitian:
+                column = map(complex.conjugate, column)
+            asym = max(asym, *map(abs, map(operator.sub, row, column)))
+    if asym > rtol * scale:
+        raise _asymmetric(name, hermitian, asym, rtol, scale)
+
+
 def positive_definite(x: torch.Tensor, name: str) -> None:
     """A Cholesky factorization of ``x`` succeeds (the batch index and the leading minor are named)."""
     if is_traced(x) or x.numel() == 0:
         return
     with torch.no_grad():
         _, info = torch.linalg.cholesky_ex(x)
-        verdict(info != 0, lambda: not_positive_definite(name, info))
+        nonzero(info, lambda: not_positive_definite(name, info))
 
 
 def not_positive_definite(name: str, info: torch.Tensor) -> NotPositiveDefiniteError:

@@ -98,6 +98,9 @@ def vjp(rules: Rules, env: dict) -> tuple:
     lazy conjugate or negative bit (a rule's ``X.mH`` is a view with the conjugate bit, and
     ``torch.complex``'s backward under ``vmap`` then reads it as a negative view, which has no
     batching rule: ``jacrev(jacrev(f))`` of a complex ``det`` failed)."""
+    if rules.plain and not torch.is_grad_enabled() and not _is_complex(rules, env):
+        _invertible(rules, env)  # (a first derivative of real data through rules without a gauge: nothing to decide)
+        return rules.vjp(env)
     if torch.is_grad_enabled():  # a second derivative is being built: its cotangents of the inputs resolved too
         env = dict(env)
         for name in rules.outputs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .checks import NotPositiveDefiniteError, is_traced
+from .verdict import nonzero, verdict
 
 
 def eigh(A):
@@ -73,16 +74,14 @@ def cholesky(A):
     L, info = torch.linalg.cholesky_ex(A)
     if not is_traced(info):
         from .checks import not_positive_definite
-        from .verdict import verdict
 
-        verdict(info != 0, lambda: not_positive_definite("A", info))
+        nonzero(info, lambda: not_positive_definite("A", info))
     return L
 
 
 def _raise_singular(info, what: str):
     if is_traced(info):
         return
-    from .verdict import verdict
 
     def error():
         from .checks import SingularMatrixError
@@ -92,7 +91,7 @@ def _raise_singular(info, what: str):
         pivot = int(info[tuple(bad)]) if bad else int(info)
         return SingularMatrixError(f"{what}: A is singular{where}: pivot {pivot} of its LU factorization is zero")
 
-    verdict(info != 0, error)
+    nonzero(info, error)
 
 
 def inv(A):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:  # (imported by the library-free gauge module, which the JAX side reads too)
     import torch
 
-__all__ = ["checking", "deferred", "mode", "pending", "raise_deferred", "set_mode", "verdict"]
+__all__ = ["checking", "deferred", "mode", "nonzero", "pending", "raise_deferred", "set_mode", "verdict"]
 
 MODES = ("auto", "eager", "deferred")
 _MODE = "auto"
@@ -93,6 +93,19 @@ def verdict(bad: torch.Tensor, error: Callable[[], Exception]) -> None:
         state.entries.append((flag, error))
     else:
         state.overflow = flag if state.overflow is None else state.overflow | flag.to(state.overflow.device)
+
+
+def nonzero(info: torch.Tensor, error: Callable[[], Exception]) -> None:
+    """:func:`verdict` of ``info != 0`` (a LAPACK status per matrix, any shape): eager on a CPU tensor
+    of a few entries, read as a list (the comparison and the reduction cost more than the read)."""
+    if info.is_cpu and info.numel() <= 256 and not deferred(info) and type(info).__name__ == "Tensor":
+        values = info.tolist()
+        for _ in range(info.dim() - 1):
+            values = [v for row in values for v in row]
+        if any(values) if info.dim() else values:
+            raise error()
+        return
+    verdict(info != 0, error)
 
 
 def pending() -> int:
