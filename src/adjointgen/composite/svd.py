@@ -194,7 +194,7 @@ def guard_null_space(U, S, rtol=None):
         return U, S
     if not deferred(S):
         plain = physical(S)
-        if plain is None or not bool(_degeneracy.zero_mask(plain[0], rtol).any()):
+        if plain is None or not _degeneracy.any_zero(plain[0], rtol):
             return U, S
     return NullSpaceCheck.apply(U, S, _degeneracy.zero_mask(S.detach(), rtol))
 

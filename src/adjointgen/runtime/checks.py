@@ -135,9 +135,9 @@ def host_values(x: torch.Tensor) -> list | None:
     plain CPU tensor (no transform's wrapper, no subclass, no compiler or tracer) of at most
     :data:`HOST_ENTRIES` entries, with eager checks; ``None`` otherwise (the check computes on the
     tensor).  On the CPU a read is a copy, not a synchronisation."""
-    if (not x.is_cpu or x.numel() > HOST_ENTRIES or type(x) not in _PLAIN_TYPES or x.is_conj() or x.is_neg()
-            or (_is_wrapped is not None and _is_wrapped(x)) or deferred(x) or torch.compiler.is_compiling()
-            or is_proxy_tracing()):
+    if torch.compiler.is_compiling() or (
+            not x.is_cpu or x.numel() > HOST_ENTRIES or type(x) not in _PLAIN_TYPES or x.is_conj() or x.is_neg()
+            or (_is_wrapped is not None and _is_wrapped(x)) or deferred(x) or is_proxy_tracing()):
         return None
     values = x.tolist()
     for _ in range(x.dim() - 1):  # (a nested list per dimension: flattened, 4x cheaper than reshaping first)
@@ -361,6 +361,15 @@ def _invertible_on_host(values: list, m: int, n: int, degree: int, eps: float) -
     return True
 
 
+try:
+    from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, \
+        maybe_get_level
+    _functorch_peel = (get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, maybe_get_level)
+    del get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, maybe_get_level
+except ImportError:  # pragma: no cover - older torch
+    _functorch_peel = None
+
+
 def physical(*tensors, levels: bool = False):
     """Plain tensors holding the values of ``tensors`` -- which may be wrapped by ``torch.func``
     transforms (``vmap``'s BatchedTensors, ``grad``'s wrappers) -- with every ``vmap`` level's
@@ -376,12 +385,9 @@ def physical(*tensors, levels: bool = False):
         raise RuntimeError("adjointgen checks this derivative on the values (clusters of equal eigenvalues, a "
                            "tangent that splits one, singular values at zero), which a tracer (torch.func.linearize, "
                            "make_fx) cannot read and would not replay: use torch.func.jvp (or torch.func.jacfwd) instead")
-    found: set = set()
-    try:
-        from torch._C._functorch import get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, \
-            maybe_get_level
-    except ImportError:  # pragma: no cover - older torch
+    if _functorch_peel is None:  # pragma: no cover - older torch
         return tensors
+    get_unwrapped, is_batchedtensor, is_functorch_wrapped_tensor, maybe_get_bdim, maybe_get_level = _functorch_peel
     peeled = []
     found = set()
     for t in tensors:

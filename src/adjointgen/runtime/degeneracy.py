@@ -33,6 +33,8 @@ import math
 
 import torch
 
+from . import gauge
+from .checks import _all_finite, host_values, is_traced, physical
 from .gauge import tangent_split_error
 from .verdict import deferred, verdict
 
@@ -71,8 +73,14 @@ def default_rtol(dtype: torch.dtype) -> float:
     """The relative cluster tolerance in use for ``dtype``."""
     if _RTOL is not None:
         return _RTOL
-    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
-    return math.sqrt(torch.finfo(real).eps)
+    found = _DEFAULT_RTOL.get(dtype)
+    if found is None:
+        real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+        found = _DEFAULT_RTOL[dtype] = math.sqrt(torch.finfo(real).eps)
+    return found
+
+
+_DEFAULT_RTOL: dict = {}
 
 
 def set_rtol(rtol: float | None) -> None:
@@ -111,14 +119,17 @@ def has_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
     :func:`cluster_mask` has it, in ``O(n log n)``: neighbours after sorting (the backward skips
     the cluster residual, which is zero, when there is none).  ``False`` for a tensor batched by
     ``vmap``, where :func:`check` cannot raise and is skipped."""
-    from .checks import physical
-
     if d.shape[-1] < 2 or d.numel() == 0:
         return False
+    rtol = default_rtol(d.dtype) if rtol is None else float(rtol)
+    small = None if d.is_complex() else host_values(d)
+    if small is not None:  # (a plain CPU tensor of a few values)
+        n = d.shape[-1]
+        return _close_pair_small([small[i:i + n] for i in range(0, len(small), n)], False, rtol)
     plain = physical(d)
     if plain is None:  # a compiler traces the values: no host decision (the check is skipped too)
         return False
-    return _close_pair(plain[0], "difference", default_rtol(d.dtype) if rtol is None else float(rtol))
+    return _close_pair(plain[0], "difference", rtol)
 
 
 def maybe_clusters(d: torch.Tensor, rtol: float | None = None) -> bool:
@@ -160,6 +171,10 @@ def _close_pair(d: torch.Tensor, kind: str, rtol: float) -> bool:
     largest ``|d|``: sorted neighbours, on the host."""
     import weakref
 
+    small = None if d.is_complex() else host_values(d)
+    if small is not None:  # a few real values on the CPU: plain Python, cheaper than remembering the answer
+        n = d.shape[-1]
+        return _close_pair_small([small[i:i + n] for i in range(0, len(small), n)], kind == "sum", rtol)
     key = (id(d), d._version, kind, rtol)
     for ref, k, answer in _RECENT:
         if k == key and ref() is d:
@@ -235,9 +250,6 @@ def pairs_apart(d: torch.Tensor, kind: str, rtol: float | None = None) -> bool:
     ``O(n log n)`` on the host; ``False`` (unknown) while a transform traces the values, and on a
     GPU while the gauge checks are off (the answer would be the backward's only host
     synchronisation: the masked product needs none)."""
-    from . import gauge
-    from .checks import is_traced
-
     if not _FUSED or is_traced(d) or deferred(d) or (d.device.type != "cpu" and not gauge.enabled()):
         return False
     if d.numel() == 0:
@@ -262,6 +274,21 @@ def zero_mask(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     with torch.no_grad():
         scale = s.detach().abs().amax(-1, keepdim=True) if s.shape[-1] else s.abs().new_ones(*s.shape[:-1], 1)
         return s.detach().abs() <= rtol * scale.clamp_min(torch.finfo(scale.dtype).tiny)
+
+
+def any_zero(s: torch.Tensor, rtol: float | None = None) -> bool:
+    """Whether :func:`zero_mask` holds anywhere, read on the host (``s`` a plain tensor: no compiler
+    or ``vmap`` wrapper; a few real values on the CPU are tested in plain Python)."""
+    small = None if s.is_complex() or s.shape[-1] == 0 else host_values(s)
+    if small is not None and _all_finite(small):
+        n, rtol = s.shape[-1], default_rtol(s.dtype) if rtol is None else float(rtol)
+        for i in range(0, len(small), n):
+            row = small[i:i + n]
+            tol = rtol * max(max(map(abs, row)), 2.2250738585072014e-308)
+            if any(abs(v) <= tol for v in row):
+                return True
+        return False
+    return bool(zero_mask(s, rtol).any())
 
 
 def reciprocal(s: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
@@ -514,10 +541,18 @@ def check_tangent(op: str, X: torch.Tensor, denominator: torch.Tensor, d: torch.
 def rounding_rtol(n: int, dtype) -> float:
     """The relative tolerance of "equal to rounding" for ``n`` values of ``dtype``
     (:func:`adjointgen.runtime.xp.rounding_rtol`, shared with the JAX side)."""
-    from .xp import rounding_rtol as shared
+    found = _ROUNDING_RTOL.get((n, dtype))
+    if found is None:
+        from .xp import rounding_rtol as shared
 
-    real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
-    return shared(n, torch.finfo(real).eps)
+        real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+        if len(_ROUNDING_RTOL) > 256:
+            _ROUNDING_RTOL.clear()
+        found = _ROUNDING_RTOL[(n, dtype)] = shared(n, torch.finfo(real).eps)
+    return found
+
+
+_ROUNDING_RTOL: dict = {}
 
 
 def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -596,9 +631,15 @@ def generic_basis(d: torch.Tensor, *vectors: torch.Tensor, normalize: bool = Fal
     cannot, so the backward's checks do not depend on the basis LAPACK happened to pick.  Values
     only near-equal (apart by more than rounding) keep their eigenvectors.  ``normalize``: the
     rotated columns are scaled to unit norm again (eigenvectors that are not orthonormal, ``eig``)."""
-    from .checks import is_traced
-
-    if not vectors or any(is_traced(v) for v in (d, *vectors)):
+    if not vectors:
+        return vectors
+    small = None if d.is_complex() or d.shape[-1] < 2 else host_values(d)
+    if small is not None:  # a few real values on the CPU (so are the vectors): no cluster is the usual answer
+        n = d.shape[-1]
+        if not _close_pair_small([small[i:i + n] for i in range(0, len(small), n)], False,
+                                 rounding_rtol(n, d.dtype)):
+            return vectors
+    elif any(is_traced(v) for v in (d, *vectors)):
         return vectors
     if deferred(d) and not d.is_complex():  # sorted values: their clusters are runs, rotated on the device
         return _rotate_runs(d, vectors, normalize)

@@ -143,16 +143,11 @@ class Rules:
     #: where variants are picked by shape: a variant applies where its outputs' dimensions are equal
     shapes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    @property
-    def plain(self) -> bool:
-        """Rules with nothing to decide for real data: no gauge residual, no variant, no broadening,
-        no block of values (the dispatch calls the VJP at once)."""
-        found = self.__dict__.get("_plain")
-        if found is None:
-            found = not (self.variants or self.complex_only or self.vjp_checked is not None or self.residuals
-                         or self.broadening or self.block is not None)
-            object.__setattr__(self, "_plain", found)
-        return found
+    def __post_init__(self):
+        #: nothing to decide for real data: no gauge residual, no variant, no broadening, no block of
+        #: values (the dispatch calls the VJP at once); set here, where no compiler traces
+        object.__setattr__(self, "plain", not (self.variants or self.complex_only or self.vjp_checked is not None
+                                               or self.residuals or self.broadening or self.block is not None))
 
     def dims(self, env: dict) -> dict:
         """The size of each declared dimension in the arrays of ``env`` (their last axes); a
