@@ -35,6 +35,7 @@ BENCHMARKS = [
     ("bench_new_ops", []),
     ("sweep_funm", []),
     ("count_host_reads", []),
+    ("bench_cpp_floor", []),
 ]
 #: --only names of the scripts not called bench_<name>
 SHORT = {"sweep_funm": "sweep", "count_host_reads": "reads"}
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run; targets not judged)")
     p.add_argument("--only", help="comma-separated benchmark names (eigh, svd, funm, factorizations, pinv, eigsh, jax, new_ops, "
-                                  "sweep, reads)")
+                                  "sweep, reads, cpp_floor)")
     args = p.parse_args(argv)
     wanted = set(args.only.split(",")) if args.only else None
     results, failed = [], []
