@@ -193,7 +193,7 @@ def test_a_steps_checks_are_data_the_audit_interprets(name):
     spec = gen.load_derivation(ROOT, name)
     for step in spec.steps:
         assert step.check is None or (isinstance(step.check, Check) and step.check.kind in checks._KINDS)
-        assert step.symbolic is None or (isinstance(step.symbolic, Replay) and step.symbolic.kind in replays._KINDS)
+        assert step.replay is None or (isinstance(step.replay, Replay) and step.replay.kind in replays._KINDS)
     pickle.dumps(spec.steps)
     source = (ROOT / "src/adjointgen/calculus/derivation.py").read_text()
     assert "def symbolic" not in source and "def check" not in source

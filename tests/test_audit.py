@@ -67,10 +67,10 @@ def test_every_replay_of_inv_rejects_a_wrong_claim(root):
     spec = as_spec(gen.load_derivation(root, "inv"))
     wrong, steps = {}, []
     for step in spec.steps:
-        replay = _wrong_replay(step.symbolic) if step.symbolic is not None else None
+        replay = _wrong_replay(step.replay) if step.replay is not None else None
         if replay is not None:
-            wrong[step.index] = step.symbolic.kind
-            step = dataclasses.replace(step, symbolic=replay)
+            wrong[step.index] = step.replay.kind
+            step = dataclasses.replace(step, replay=replay)
         steps.append(step)
     assert {"equal", "substitute", "differentiate", "dot_product"} <= set(wrong.values())
     report = audit(dataclasses.replace(spec, steps=tuple(steps)))
@@ -235,10 +235,10 @@ def test_every_symbolic_replay_rejects_a_wrong_claim(root, name):
     spec = as_spec(gen.load_derivation(root, name))
     wrong, steps = {}, []
     for step in spec.steps:
-        replay = _wrong_replay(step.symbolic) if step.symbolic is not None else None
+        replay = _wrong_replay(step.replay) if step.replay is not None else None
         if replay is not None:
-            wrong[step.index] = step.symbolic.kind
-            step = dataclasses.replace(step, symbolic=replay)
+            wrong[step.index] = step.replay.kind
+            step = dataclasses.replace(step, replay=replay)
         steps.append(step)
     kinds = set(wrong.values())
     common = {"equal", "define", "substitute", "differentiate", "real", "dot_product", "degenerate", "invariant"}

@@ -139,7 +139,7 @@ def test_element_functions_match_numpy(cu, harnesses, tmp_path, rng):
         out = tmp_path / f"out{which}.bin"
         subprocess.run([str(exe), str(which), str(inp), str(out)], check=True)
         res = np.fromfile(out, dtype=np.float64).reshape(2, batch, n, n)
-        Xp = {"none": X, "skew": 0.5 * (X - np.swapaxes(X, -1, -2)), "sym": 0.5 * (X + np.swapaxes(X, -1, -2))}[part]
+        Xp = {"plain": X, "skew": 0.5 * (X - np.swapaxes(X, -1, -2)), "sym": 0.5 * (X + np.swapaxes(X, -1, -2))}[part]
         expected = _pairwise_oracle(cu.stem, fn)(w) * Xp
         np.testing.assert_allclose(res[0], expected, rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(res[1], expected, rtol=2e-5, atol=2e-5)
@@ -190,7 +190,7 @@ def test_cupy_complex_svd_rules_match_numpy_on_gpu(cp, rng):
     np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("part", ["none", "skew", "sym"])
+@pytest.mark.parametrize("part", ["plain", "skew", "sym"])
 def test_complex_split_into_real_kernel_launches(part, rng):
     """The identity the CuPy path uses for complex X, checked with the NumPy path:
     F ∘ skew_H(X) = F ∘ skew(Re X) + i F ∘ sym(Im X) (and the mirror one for sym_H)."""
@@ -198,10 +198,10 @@ def test_complex_split_into_real_kernel_launches(part, rng):
 
     s = np.sort(rng.uniform(1, 5, 6))[::-1]
     X = rng.standard_normal((6, 6)) + 1j * rng.standard_normal((6, 6))
-    flip = {"none": "none", "skew": "sym", "sym": "skew"}[part]
+    flip = {"plain": "plain", "skew": "sym", "sym": "skew"}[part]
     whole = rules.svd_F_mul(np, s, X, part, hermitian=True)
     split = rules.svd_F_mul(np, s, X.real, part) + 1j * rules.svd_F_mul(np, s, X.imag, flip)
     Xt = np.conj(X.T)
-    direct = rules.svd_F(np, s) * {"none": X, "skew": (X - Xt) / 2, "sym": (X + Xt) / 2}[part]
+    direct = rules.svd_F(np, s) * {"plain": X, "skew": (X - Xt) / 2, "sym": (X + Xt) / 2}[part]
     np.testing.assert_allclose(whole, direct, rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(split, direct, rtol=1e-14, atol=1e-14)

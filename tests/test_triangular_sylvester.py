@@ -114,7 +114,7 @@ def test_the_step_solves_for_the_strictly_lower_part_and_refuses_what_it_cannot(
     solved = d.solve_strictly_lower(low, dC, T)
     assert str(solved.lhs) == "tril₋(dC)"
     assert isinstance(solved.rhs, TriangularSylvesterSolve) and solved.rhs.upper
-    assert d.steps[-1].kind == "solve_triangular_sylvester" and d.steps[-1].symbolic is not None
+    assert d.steps[-1].kind == "solve_triangular_sylvester" and d.steps[-1].replay is not None
     d, low, dC, T = _schur_like(skew=False)
     with pytest.raises(DerivationError, match="skew"):
         d.solve_strictly_lower(low, dC, T)

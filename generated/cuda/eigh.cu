@@ -14,9 +14,9 @@ __host__ __device__ inline T eigh_F(T d_i, T d_j) {
     return -T(1)/(d_i - d_j);
 }
 
-// out = F ∘ none(X), element idx of the flattened (batch, n, n) output
+// out = F ∘ plain(X), element idx of the flattened (batch, n, n) output
 template <typename T>
-__host__ __device__ inline T eigh_F_mul_none_element(long long idx, int n, const T* w, const T* X) {
+__host__ __device__ inline T eigh_F_mul_plain_element(long long idx, int n, const T* w, const T* X) {
     const long long nn = (long long)n * n;
     const long long b = idx / nn;
     const int i = (int)((idx / n) % n);
@@ -32,15 +32,15 @@ __host__ __device__ inline T eigh_F_mul_none_element(long long idx, int n, const
     return eigh_F<T>(wb[i], wb[j]) * x;
 }
 
-extern "C" __global__ void eigh_F_mul_none_f32(const float* w, const float* X, float* out, int n, long long total) {
+extern "C" __global__ void eigh_F_mul_plain_f32(const float* w, const float* X, float* out, int n, long long total) {
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = eigh_F_mul_none_element<float>(idx, n, w, X);
+        out[idx] = eigh_F_mul_plain_element<float>(idx, n, w, X);
     }
 }
 
-extern "C" __global__ void eigh_F_mul_none_f64(const double* w, const double* X, double* out, int n, long long total) {
+extern "C" __global__ void eigh_F_mul_plain_f64(const double* w, const double* X, double* out, int n, long long total) {
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long long)gridDim.x * blockDim.x) {
-        out[idx] = eigh_F_mul_none_element<double>(idx, n, w, X);
+        out[idx] = eigh_F_mul_plain_element<double>(idx, n, w, X);
     }
 }
 

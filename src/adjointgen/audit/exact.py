@@ -977,7 +977,7 @@ def _instances(spec, step):
     order relations between the dimensions), complex where the derivation is (it covers the real
     case), real for a real specialisation; the square ones for a square variant."""
     check = step.check
-    real_only = step.symbolic.kind == "real" or (check is not None and check.real_only)
+    real_only = step.replay.kind == "real" or (check is not None and check.real_only)
     names = [s.name for s in spec.dims]
     best = {}
     for dims in spec.audit_dims:
@@ -1007,7 +1007,7 @@ def verify(step, spec, free_pairwise: bool) -> tuple[bool, int, int]:
     instances = _instances(spec, step)
     if not instances:
         raise NotExact("no audit instance to take the dimensions from")
-    replay = step.symbolic
+    replay = step.replay
     degenerate = replay.args[3] if replay.kind == "invariant" else None
     worst, points = 0, 0
     for i, dims in enumerate(instances):

@@ -432,9 +432,9 @@ def _verify(d: OperationSpec, step, symbolic_timeout: float) -> str:
     try:
         ok, degree, points = verify(step, d, free)
         if ok:
-            return exact_verdict(degree, points, step.symbolic)
+            return exact_verdict(degree, points, step.replay)
         return ("FAILED: the exact residual is not zero at a random rational point "
-                f"({_replay_what(step.symbolic)})")
+                f"({_replay_what(step.replay)})")
     except NotExact as exc:
         reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - a replay that cannot be evaluated fails the step
@@ -445,7 +445,7 @@ def _verify(d: OperationSpec, step, symbolic_timeout: float) -> str:
         env = dict(_symbolic_env(d, 2 if small else 3))
         env["__pairwise_free__"] = free
         size = "2×2" if small else "3×3"
-        zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(replays.residual(step.symbolic, d, env)))
+        zero = _with_budget(symbolic_timeout, lambda: _is_zero_matrix(replays.residual(step.replay, d, env)))
         if zero:
             return f"verified symbolically on explicit {size} matrices ({reason})"
         return f"FAILED: the explicit {size} residual is not zero"
@@ -508,10 +508,10 @@ def audit(d: OperationSpec, *, tolerance: float = 1e-7, symbolic: bool = True, s
             sym = f"FAILED: {step.note}"
         elif not symbolic:
             sym = "skipped"
-        elif step.symbolic is None:
+        elif step.replay is None:
             sym = "NOT verified: the step records no replay"
-        elif step.symbolic.kind == replays.PREMISE:
-            sym = f"premise: {step.symbolic.args[0]}"
+        elif step.replay.kind == replays.PREMISE:
+            sym = f"premise: {step.replay.args[0]}"
         elif known is not None and _reusable_verdict(known.get((step.index, step.kind, step.label))):
             sym = known[(step.index, step.kind, step.label)]
         else:

@@ -64,7 +64,7 @@ class Step:
         equation: the equation the step produced (``None`` for steps that check a property).
         check: what the numeric audit checks on every instance (:class:`Check`, interpreted by
             :mod:`adjointgen.audit.checks`), or ``None``.
-        symbolic: what the audit replays exactly on explicit matrices (:class:`Replay`, interpreted
+        replay: what the audit replays exactly on explicit matrices (:class:`Replay`, interpreted
             by :mod:`adjointgen.audit.replays`; ``premise`` for an identity, a definition, the
             forward or a gauge choice: what the derivation assumes).
         line: line of the derivation file that called the step (directly or through a helper).
@@ -76,7 +76,7 @@ class Step:
     label: str
     equation: Equation | None
     check: "Check | None"
-    symbolic: "Replay | None" = None
+    replay: "Replay | None" = None
     line: int | None = None
     note: str = ""
     #: ``(file, line)`` of the helper module that recorded the step, when not the derivation file
@@ -587,7 +587,7 @@ class Derivation:
         self.forward_spec = ForwardSpec(refs["torch"], refs["numpy"], opts, tuple(sorted(checked)), line, saved,
                                         host=host is not None)
         check = _forward_check(self)
-        self._record("forward", label, None, check=check, symbolic=_premise("the declared forward computation"),
+        self._record("forward", label, None, check=check, replay=_premise("the declared forward computation"),
                      note=("the outputs of the declared host forward satisfy every identity" if host is not None
                            else "the outputs of the declared forwards (NumPy's, torch's) satisfy every identity"))
 
@@ -623,7 +623,7 @@ class Derivation:
                 raise DerivationError(f"{where}: option {k!r} default must be None, a bool, number or string")
         self.extension = Extension(ref, opts, line)
         self._record("forward", f"{label}: {ref.name}", None, check=Check("extension"),
-                     symbolic=_premise("a composition of the derived function, outside the derivation"),
+                     replay=_premise("a composition of the derived function, outside the derivation"),
                      note="with its default options it is the derived function on every instance; "
                           "elsewhere it rests on the composition (tested against a reference)")
 
@@ -812,9 +812,9 @@ class Derivation:
             frame = frame.f_back
         return None
 
-    def _record(self, kind, label, equation=None, *, check=None, symbolic=None, note=""):
+    def _record(self, kind, label, equation=None, *, check=None, replay=None, note=""):
         origin = self._origin()
-        step = Step(len(self.steps) + 1, kind, label, equation, check, symbolic, self._line(), note,
+        step = Step(len(self.steps) + 1, kind, label, equation, check, replay, self._line(), note,
                     origin if origin is not None and origin[0] != self.path else None)
         self.steps.append(step)
         return step
@@ -851,7 +851,7 @@ class Derivation:
         operation is an assumption, not a consequence).
         """
         eq = self._eq(lhs, rhs)
-        self._record("identity", label, eq, check=_equation_check(eq), symbolic=_premise(f"an identity of {self.name}"))
+        self._record("identity", label, eq, check=_equation_check(eq), replay=_premise(f"an identity of {self.name}"))
         return eq
 
     # ------------------------------------------------------------------ steps
@@ -867,7 +867,7 @@ class Derivation:
         new = self._eq(dl, dr)
         tangents = tuple((name, t.name) for name, t in self.tangents.items())
         replay = Replay("differentiate", (eq.residual_expr, new.residual_expr, tangents))
-        self._record("differentiate", label, new, check=_equation_check(new), symbolic=replay)
+        self._record("differentiate", label, new, check=_equation_check(new), replay=replay)
         return new
 
     def left_multiply(self, eq: Equation, M, label="left-multiply") -> Equation:
@@ -879,7 +879,7 @@ class Derivation:
         new = self._eq(MatMul(M, eq.lhs), MatMul(M, eq.rhs))
 
         self._record("left_multiply", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatMul(M, eq.residual_expr), new))
+                     replay=_follows(MatMul(M, eq.residual_expr), new))
         return new
 
     def right_multiply(self, eq: Equation, M, label="right-multiply") -> Equation:
@@ -891,7 +891,7 @@ class Derivation:
         new = self._eq(MatMul(eq.lhs, M), MatMul(eq.rhs, M))
 
         self._record("right_multiply", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatMul(eq.residual_expr, M), new))
+                     replay=_follows(MatMul(eq.residual_expr, M), new))
         return new
 
     def transpose(self, eq: Equation, label="transpose") -> Equation:
@@ -903,7 +903,7 @@ class Derivation:
         new = self._eq(Transpose(eq.lhs), Transpose(eq.rhs))
 
         self._record("transpose", label, new, check=_equation_check(new),
-                     symbolic=_follows(Transpose(eq.residual_expr), new))
+                     replay=_follows(Transpose(eq.residual_expr), new))
         return new
 
     def substitute(self, eq: Equation, identity: Equation, label="substitute", *, transposed: bool = False) -> Equation:
@@ -934,7 +934,7 @@ class Derivation:
                               f"{self._norm(eq.lhs - eq.rhs)} = 0)")
         new = self._eq(lhs, rhs)
         self._record("substitute", label, new, check=_equation_check(new),
-                     symbolic=self._substitution_replay(eq, new, patterns, self._equation_label(identity)),
+                     replay=self._substitution_replay(eq, new, patterns, self._equation_label(identity)),
                      note=f"by {identity.lhs} = {identity.rhs}")
         return new
 
@@ -988,7 +988,7 @@ class Derivation:
         sym = MatrixSymbol(name, *definition.shape)
         self.introduced.append((sym, definition))
         self._record("define", label, Equation(sym, self._norm(definition)),
-                     check=_equation_check(Equation(sym, self._norm(definition))), symbolic=_premise("a definition"))
+                     check=_equation_check(Equation(sym, self._norm(definition))), replay=_premise("a definition"))
         if lower or upper:
             side = "lower" if lower else "upper"
             terms = expand(definition, self.structure)
@@ -1003,7 +1003,7 @@ class Derivation:
             eq = Equation(StrictlyLower(Transpose(sym)) if lower else StrictlyLower(sym), ZeroMatrix(*sym.shape))
             self._record("triangular", f"{name} is {side} triangular: a product of {side} triangular factors", eq,
                          check=_equation_check(eq), note="the part on the other side of the diagonal vanishes",
-                         symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
+                         replay=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
             if self.structure.complex and tri[1] == "general" and all(
                     _real_diagonal_factor(f, self.structure) for f in terms[0][1]):
                 # the diagonal of a triangular product is the product of the diagonals
@@ -1011,7 +1011,7 @@ class Derivation:
                 eq = Equation(DiagPart(sym), DiagPart(Transpose(sym)))
                 self._record("triangular", f"{name} has a real diagonal: the product of real diagonals", eq,
                              check=_equation_check(eq), note="diag(X) = diag(X^H)",
-                             symbolic=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
+                             replay=Replay("define", (name, definition, ZeroMatrix(*sym.shape), eq.residual_expr)))
         if skew_by is not None:
             res = skew_by.residual_expr
             res, n = algebra.substitute_product(res, definition, sym, self.structure)
@@ -1025,7 +1025,7 @@ class Derivation:
             replay = Replay("define", (name, definition, MatMul(sign, skew_by.residual_expr), eq.residual_expr))
             self.structure.skew.add(name)
             self._record("skew", f"{name} is skew-symmetric, from {skew_by}", eq, check=_equation_check(eq),
-                         symbolic=replay)
+                         replay=replay)
         return sym
 
     def declare_skew(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
@@ -1047,7 +1047,7 @@ class Derivation:
         new = Equation(target, ZeroMatrix(*sym.shape))
         # the equation reads X + X^T = 0 for every X: checked with X free of the structure declared here
         self._record("skew", label, new, check=_equation_check(new),
-                     symbolic=Replay("unstructured", ((sym.name,), MatMul(sign, eq.residual_expr), new.residual_expr)))
+                     replay=Replay("unstructured", ((sym.name,), MatMul(sign, eq.residual_expr), new.residual_expr)))
         return new
 
     def use_definition(self, eq: Equation, sym: MatrixSymbol, label=None) -> Equation:
@@ -1074,7 +1074,7 @@ class Derivation:
             # where it was declared): the substitution of (definition, definition^T) by (X, X^T)
             patterns = [(definition, sym), (Transpose(definition), Transpose(sym))]
             replay = self._substitution_replay(eq, new, patterns, f"{sym.name} = {definition} and {sym.name} skew")
-        self._record("substitute", label, new, check=_equation_check(new), symbolic=replay)
+        self._record("substitute", label, new, check=_equation_check(new), replay=replay)
         return new
 
     def invert_definition(self, sym: MatrixSymbol, unknown, label=None) -> Equation:
@@ -1120,7 +1120,7 @@ class Derivation:
         # with the symbol set to its definition the solution is an identity (square orthonormal
         # factors are orthogonal: their inverse is their transpose)
         self._record("solve", label, new, check=_equation_check(new),
-                     symbolic=Replay("define", (sym.name, definition, ZeroMatrix(*new.lhs.shape), new.residual_expr)))
+                     replay=Replay("define", (sym.name, definition, ZeroMatrix(*new.lhs.shape), new.residual_expr)))
         return new
 
     def hadamard_split(self, eq: Equation, D: MatrixSymbol, X: MatrixSymbol, name: str,
@@ -1175,7 +1175,7 @@ class Derivation:
         rest = [(cc, fs) for cc, fs in res if powers(fs) is None]
         new = self._eq(algebra.build(rest, eq.lhs.shape) + HadamardProduct(E, X), ZeroMatrix(*eq.lhs.shape))
 
-        self._record("hadamard_split", label, new, check=_equation_check(new), symbolic=_follows(eq.residual_expr, new),
+        self._record("hadamard_split", label, new, check=_equation_check(new), replay=_follows(eq.residual_expr, new),
                      note=f"{name}_ij = {entry}, {name}_ii = {diag_entry}")
         return new, E
 
@@ -1189,7 +1189,7 @@ class Derivation:
         new = self._eq(DiagPart(eq.lhs), DiagPart(eq.rhs))
 
         self._record("diagonal_part", label, new, check=_equation_check(new),
-                     symbolic=_follows(DiagPart(eq.residual_expr), new))
+                     replay=_follows(DiagPart(eq.residual_expr), new))
         return new
 
     def lower_half(self, eq: Equation, label="lower half: apply Φ") -> Equation:
@@ -1213,7 +1213,7 @@ class Derivation:
     def _projection(self, eq, node, label):
         new = self._eq(node(eq.lhs), node(eq.rhs))
         self._record("triangular", label, new, check=_equation_check(new),
-                     symbolic=_follows(node(eq.residual_expr), new))
+                     replay=_follows(node(eq.residual_expr), new))
         return new
 
     def skew_from_lower(self, eq: Equation, unknown: MatrixSymbol, label=None, *,
@@ -1255,7 +1255,7 @@ class Derivation:
         if diagonal is not None:
             expected = MatAdd(expected, diagonal.residual_expr)
 
-        self._record("solve", label, new, check=_equation_check(new), symbolic=_follows(expected, new),
+        self._record("solve", label, new, check=_equation_check(new), replay=_follows(expected, new),
                      note=f"a skew {unknown.name} is tril₋({unknown.name}) - tril₋({unknown.name})^T"
                           + (" + its diagonal" if diagonal is not None else ""))
         return new
@@ -1282,7 +1282,7 @@ class Derivation:
 
     def _part(self, eq, node, label):
         new = self._eq(node(eq.lhs), node(eq.rhs))
-        self._record("part", label, new, check=_equation_check(new), symbolic=_follows(node(eq.residual_expr), new))
+        self._record("part", label, new, check=_equation_check(new), replay=_follows(node(eq.residual_expr), new))
         return new
 
     def gauge(self, label: str, parameter: MatrixSymbol, directions: dict, fix: tuple,
@@ -1333,12 +1333,12 @@ class Derivation:
             inv = Equation(self._norm(dl.xreplace(along)), self._norm(dr.xreplace(along)))
             D = self.pairwise[clustered].diagonal_of if clustered else None
             self._record("gauge", f"{label}: leaves '{step.label}' unchanged", inv, check=_equation_check(inv),
-                         symbolic=Replay("invariant", (eq.residual_expr, inv.residual_expr, parameter.name, D,
+                         replay=Replay("invariant", (eq.residual_expr, inv.residual_expr, parameter.name, D,
                                                        tuple((o.name, e) for o, e in directions.items()))),
                          note="the identity differentiated along the gauge direction")
         fixed = self._eq(*fix)
         self._record("gauge", f"gauge choice: {fixed}", fixed, check=_equation_check(fixed),
-                     symbolic=_premise("a gauge choice"),
+                     replay=_premise("a gauge choice"),
                      note="the reference forward of the audit is aligned to this gauge")
         return fixed
 
@@ -1350,7 +1350,7 @@ class Derivation:
         eq = Equation(self._norm(D * parameter - parameter * D), ZeroMatrix(*parameter.shape))
 
         self._record("gauge", f"{label}: D Ω = Ω D inside the clusters of {D.name}", eq, check=None,
-                     symbolic=Replay("degenerate", (eq.lhs, eq.rhs, D.name, parameter.name)), note="shown on an explicit degenerate D; the instances are not degenerate")
+                     replay=Replay("degenerate", (eq.lhs, eq.rhs, D.name, parameter.name)), note="shown on an explicit degenerate D; the instances are not degenerate")
 
     def solve_for(self, eq: Equation, unknown, label=None) -> Equation:
         """Solve a linear equation in which ``unknown`` (a symbol, or an atom such as
@@ -1385,7 +1385,7 @@ class Derivation:
         new = Equation(unknown, sol)
 
         self._record("solve", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatMul(1 / c, eq.residual_expr), new))
+                     replay=_follows(MatMul(1 / c, eq.residual_expr), new))
         return new
 
     def solve_offdiagonal(self, eq: Equation, unknown: MatrixSymbol, gaps: PairwiseMatrix,
@@ -1448,7 +1448,7 @@ class Derivation:
         expected = MatMul(-1, HadamardProduct(F, eq.residual_expr))
         if diagonal is not None:  # X - F∘R - d = -F∘(old) + (diag(X) - d)
             expected = MatAdd(expected, diagonal.residual_expr)
-        self._record("solve_offdiagonal", label, new, check=_equation_check(new), symbolic=_follows(expected, new),
+        self._record("solve_offdiagonal", label, new, check=_equation_check(new), replay=_follows(expected, new),
                      note=f"{name}_ij = {expr}, {name}_ii = 0")
         return new, F
 
@@ -1485,7 +1485,7 @@ class Derivation:
         new = Equation(unknown, self._norm(sol))
 
         self._record("solve_hadamard", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatMul(-1, HadamardProduct(F, eq.residual_expr)), new),
+                     replay=_follows(MatMul(-1, HadamardProduct(F, eq.residual_expr)), new),
                      note=f"{name}_ij = {expr}, {name}_ii = {definition.diagonal_value}")
         return new, F
 
@@ -1547,7 +1547,7 @@ class Derivation:
         self.pairwise_lines[name] = self._line()
         new = self._eq(algebra.build(rest, eq.lhs.shape) + MatMul(c, HadamardProduct(L, X)), ZeroMatrix(*eq.lhs.shape))
 
-        self._record("combine_pairwise", label, new, check=_equation_check(new), symbolic=_follows(eq.residual_expr, new),
+        self._record("combine_pairwise", label, new, check=_equation_check(new), replay=_follows(eq.residual_expr, new),
                      note=f"{name}_ij = {expr}, {name}_ii = {diag_value}" + (" (the limit, shown by SymPy)" if absorbed else ""))
         return new, L
 
@@ -1603,7 +1603,7 @@ class Derivation:
         check = Check("second_order")  # U S U^T against a central difference of the VJP
 
         self.second = SecondOrder(name, T, L.name, A.name, X.name, U.name, D.name)
-        self._record("second_order", label, None, check=check, symbolic=replay,
+        self._record("second_order", label, None, check=check, replay=replay,
                      note=f"{name}(a, b, c) = {T.expr}; d(g{A.name})[d{A.name}] = U S U^T, "
                           f"S_ij = Σ_k {name}(d_i, d_k, d_j) (G_ik H_kj + H_ik G_kj)")
         return T
@@ -1618,7 +1618,7 @@ class Derivation:
         new = self._eq(first.lhs - second.lhs, first.rhs - second.rhs)
 
         self._record("subtract", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatAdd(first.residual_expr, MatMul(-1, second.residual_expr)), new))
+                     replay=_follows(MatAdd(first.residual_expr, MatMul(-1, second.residual_expr)), new))
         return new
 
     def replace(self, eq: Equation, solved: Equation, label=None) -> Equation:
@@ -1634,7 +1634,7 @@ class Derivation:
                 isinstance(solved.lhs, DiagPart) and isinstance(solved.lhs.arg, MatrixSymbol)):
             self._fail(label, f"can only replace a symbol or the diagonal of one, not {solved.lhs}")
         self._record("substitute", label, new, check=_equation_check(new),
-                     symbolic=Replay("insert", (solved.lhs, solved.rhs, eq.residual_expr, new.residual_expr)))
+                     replay=Replay("insert", (solved.lhs, solved.rhs, eq.residual_expr, new.residual_expr)))
         return new
 
     def _product_factors(self, e, label) -> tuple:
@@ -1675,7 +1675,7 @@ class Derivation:
         # S(R_old / c) = W - S(-R/c) = the new residual, for every W with U^T B W = 0
         expected = ShiftedSolve(MatMul(1 / c, eq.residual_expr), A, Bop, U, D)
         self._record("solve_shifted", label, new, check=_equation_check(new),
-                     symbolic=Replay("constrained", (W.name, U, B, expected, new.residual_expr)),
+                     replay=Replay("constrained", (W.name, U, B, expected, new.residual_expr)),
                      note="column i: (A - d_i B) w_i = -r_i/c, U^T B w_i = 0 (projected shifted solve)")
         return new
 
@@ -1716,7 +1716,7 @@ class Derivation:
         # Syl(R_old / c) = X - Syl(-R/c): the new residual (the solve is linear)
         expected = SylvesterSolve(MatMul(1 / c, eq.residual_expr), A, B, hermitian)
         self._record("solve_sylvester", label, new, check=_equation_check(new),
-                     symbolic=Replay("equal", (expected, new.residual_expr)),
+                     replay=Replay("equal", (expected, new.residual_expr)),
                      note=f"{A} {X.name} + {X.name} {B} = C, solved {how} {A} and {B}{'' if hermitian else ')'}")
         return new
 
@@ -1752,7 +1752,7 @@ class Derivation:
         new = Equation(StrictlyLower(X), self._norm(TriangularSylvesterSolve(MatMul(1 / c, R), T, True)))
         expected = MatMul(-1 / c, TriangularSylvesterSolve(eq.residual_expr, T, True))
         self._record("solve_triangular_sylvester", label, new, check=_equation_check(new),
-                     symbolic=_follows(expected, new),
+                     replay=_follows(expected, new),
                      note=f"tril₋(L {T.name} - {T.name} L) = C solved for the strictly lower L = tril₋({X.name})")
         return new
 
@@ -1781,7 +1781,7 @@ class Derivation:
         new = Equation(X, self._norm(node.inverse_operator(MatMul(-1 / c, algebra.build(rest, X.shape)))))
         expected = node.inverse_operator(MatMul(1 / c, eq.residual_expr))  # L^-1(R_old / c): the new residual
         self._record("invert_operator", label, new, check=_equation_check(new),
-                     symbolic=Replay("equal", (expected, new.residual_expr)),
+                     replay=Replay("equal", (expected, new.residual_expr)),
                      note=f"{node} = C solved for {X.name}")
         return new
 
@@ -1805,7 +1805,7 @@ class Derivation:
         new = self._eq(block, MatMul(-1 / ratio, algebra.build(rest, eq.lhs.shape)))
 
         self._record("isolate", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatMul(1 / ratio, eq.residual_expr), new))
+                     replay=_follows(MatMul(1 / ratio, eq.residual_expr), new))
         return new
 
     def add(self, *equations: Equation, label=None) -> Equation:
@@ -1818,7 +1818,7 @@ class Derivation:
         new = self._eq(sp.MatAdd(*[e.lhs for e in equations]), sp.MatAdd(*[e.rhs for e in equations]))
 
         self._record("add", label, new, check=_equation_check(new),
-                     symbolic=_follows(MatAdd(*[e.residual_expr for e in equations]), new))
+                     replay=_follows(MatAdd(*[e.residual_expr for e in equations]), new))
         return new
 
     def same(self, first: Equation, second: Equation, label=None) -> Equation:
@@ -1833,7 +1833,7 @@ class Derivation:
         if a != b and expand(first.lhs - first.rhs + second.lhs - second.rhs, self.structure):
             self._fail(label, f"{first}  differs from  {second}")
         eq = Equation(self._norm(first.lhs - first.rhs), self._norm(second.lhs - second.rhs))
-        self._record("same", label, eq, check=_equation_check(eq), symbolic=_same_value_symbolic(eq.lhs, eq.rhs),
+        self._record("same", label, eq, check=_equation_check(eq), replay=_same_value_symbolic(eq.lhs, eq.rhs),
                      note="normal forms are identical")
         return second
 
@@ -1877,12 +1877,12 @@ class Derivation:
             jvp_eq = Equation(self.tangents_by_name(k), raw[k])
             self._record("jvp", f"JVP {k} = {raw[k]}", jvp_eq,
                          check=_equation_check(jvp_eq),
-                         symbolic=Replay("equal", (solved.residual_expr, jvp_eq.residual_expr)),
+                         replay=Replay("equal", (solved.residual_expr, jvp_eq.residual_expr)),
                          note=f"the equation of {self._equation_label(solved)}; checked against the "
                               "finite-difference tangent of the reference forward")
             self._record("rewrite", f"JVP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
                          check=_equation_check(Equation(code[k], raw[k])),
-                         symbolic=_same_value_symbolic(code[k], raw[k]))
+                         replay=_same_value_symbolic(code[k], raw[k]))
         self.real_jvp = self._specialize("JVP", raw, sources)
 
     def _register_conjugates(self, exprs):
@@ -1909,7 +1909,7 @@ class Derivation:
             check = _real_only(_equation_check(eq))
             self._record("specialize", f"{what} {k} on real data: {code[k]}", eq,
                          check=Check(check.kind, check.args, real_only=True, square=square),
-                         symbolic=_real_only_symbolic(code[k], raw[k]),
+                         replay=_real_only_symbolic(code[k], raw[k]),
                          note="checked on the real instances" + (f" with {_and(square)} square" if square else ""))
         return Rule(spec, code, dict(sources))
 
@@ -1990,7 +1990,7 @@ class Derivation:
                 replay = self._substitution_replay(None, None, patterns, f"{given} (square with orthonormal columns)",
                                                    old_residual=general.raw[k], new_residual=code[k])
                 self._record("square", f"{what} {k} where {_and(names)} {'is' if len(names) == 1 else 'are'} square "
-                             f"({given}): {code[k]}", eq, symbolic=replay,
+                             f"({given}): {code[k]}", eq, replay=replay,
                              check=Check("equation", (eq,), square=names),
                              note=f"checked on the instances with {_and(names)} square")
             rules.append(Rule(raw, code, dict(general.sources)))
@@ -2029,7 +2029,7 @@ class Derivation:
         for X in inputs:
             self._record("directions", f"the JVP along an unstructured d{X.name} is the general function's "
                          f"derivative at symmetric {X.name}", None, check=Check("directions", (X.name,)),
-                         symbolic=_premise("the general function's derivative (its sampler's general forward)"),
+                         replay=_premise("the general function's derivative (its sampler's general forward)"),
                          note="against central differences of the sampler's general forward")
         raw, sources = dict(self.vjp.raw), dict(self.vjp.sources)
         for X in inputs:
@@ -2038,7 +2038,7 @@ class Derivation:
             self._record("transpose", f"VJP g{X.name} along unstructured d{X.name} (not projected): {total}",
                          Equation(MatrixSymbol("g" + X.name, *X.shape), total),
                          check=Check("dot_product", (X.name, total, "unstructured")),
-                         symbolic=_dot_product_symbolic(self, X.name, total),
+                         replay=_dot_product_symbolic(self, X.name, total),
                          note="<g_in, d_in> = sum <g_out, d_out> for unstructured tangents")
         code = {k: algebra.simplify_for_codegen(v, self.structure) for k, v in raw.items()}
         vjp = Rule(raw, code, sources)
@@ -2084,7 +2084,7 @@ class Derivation:
             self._record("transpose", f"VJP g{s.name} by transposing the JVP: {total}",
                          Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                          check=_dot_product_check(self, s.name, total, symmetric=False),
-                         symbolic=_dot_product_symbolic(self, s.name, total),
+                         replay=_dot_product_symbolic(self, s.name, total),
                          note="<g_in, d_in> = sum <g_out, d_out> for random tangents and cotangents")
             transposed = self.steps[-1]
             self.unprojected_vjp[s.name] = unprojected
@@ -2093,7 +2093,7 @@ class Derivation:
                 self._record("project", f"g{s.name} projected onto symmetric matrices: {total}",
                              Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                              check=_dot_product_check(self, s.name, total, symmetric=True),
-                             symbolic=_dot_product_symbolic(self, s.name, total))
+                             replay=_dot_product_symbolic(self, s.name, total))
             triangle = "lower" if s.name in self.structure.lower else ("upper" if s.name in self.structure.upper else "")
             if triangle:
                 # a triangular input's tangent is triangular: its gradient is the same triangle of the
@@ -2104,7 +2104,7 @@ class Derivation:
                 self._record("project", f"g{s.name} projected onto {triangle} triangular matrices: {total}",
                              Equation(MatrixSymbol("g" + s.name, *s.shape), total),
                              check=_dot_product_check(self, s.name, total, symmetric=False),
-                             symbolic=_dot_product_symbolic(self, s.name, total))
+                             replay=_dot_product_symbolic(self, s.name, total))
             if lowrank is not None:
                 self._lowrank(s, unprojected, lowrank, total)
             raw["g" + s.name] = total
@@ -2113,7 +2113,7 @@ class Derivation:
         for k in raw:
             self._record("rewrite", f"VJP {k} rewritten for code: {code[k]}", Equation(code[k], raw[k]),
                          check=_equation_check(Equation(code[k], raw[k])),
-                         symbolic=_same_value_symbolic(code[k], raw[k]))
+                         replay=_same_value_symbolic(code[k], raw[k]))
         self.vjp = Rule(raw, code, sources)
         self.real_vjp = self._specialize("VJP", raw, sources)
         for g in self.gauges:
@@ -2157,7 +2157,7 @@ class Derivation:
             self._register_conjugates([block, *vjp_raw.values()])
             self._record("value_block", label, Equation(DiagPart(block), dD),
                          check=Check("value_block", (block, dict(vjp_raw), M.name, dD)),
-                         symbolic=_same_value_symbolic(DiagPart(block), dD),
+                         replay=_same_value_symbolic(DiagPart(block), dD),
                          note="diag(X) against the JVP of the values; the transposition by the dot-product identity")
             jvp_rule = Rule({t: block}, {t: algebra.simplify_for_codegen(block, self.structure)}, {})
             vjp_rule = Rule(vjp_raw, {k: algebra.simplify_for_codegen(v, self.structure) for k, v in vjp_raw.items()}, {})
@@ -2179,7 +2179,7 @@ class Derivation:
         for name, node in used:
             self._record("adjoint", f"{node._label} is self-adjoint: <G, {node._label}(X)> = <{node._label}(G), X>",
                          None, check=_adjoint_check(node, self.structure.complex),
-                         symbolic=_adjoint_symbolic(node, self.structure.complex),
+                         replay=_adjoint_symbolic(node, self.structure.complex),
                          note="the transposition rule the VJP uses for this projection")
 
     def _gauge_residual(self, gauge: "Gauge"):
@@ -2205,7 +2205,7 @@ class Derivation:
         name = gauge.residual_name
         eq = Equation(MatrixSymbol(name, *T.shape), raw)
         self._record("gauge", f"gauge residual {name} = {raw}: the loss's derivative along '{gauge.label}'", eq,
-                     check=_gauge_check(self, gauge, raw), symbolic=_gauge_symbolic(self, gauge, raw),
+                     check=_gauge_check(self, gauge, raw), replay=_gauge_symbolic(self, gauge, raw),
                      note="<R, Θ> = Σ <g_out, d_out(Θ)> for a random Θ; a well-defined loss has R = 0")
         code = {name: algebra.simplify_for_codegen(raw, self.structure)}
         step = self.steps[-1]
@@ -2234,7 +2234,7 @@ class Derivation:
         eq = Equation(MatrixSymbol("g" + s.name, *s.shape), self._norm(value))
         self._record("lowrank", f"{label}: L = {L}, R = {R}", eq,
                      check=_equation_check(Equation(self._norm(value), projected)),
-                     symbolic=_same_value_symbolic(self._norm(value), projected))
+                     replay=_same_value_symbolic(self._norm(value), projected))
         self.vjp_factors["g" + s.name] = (algebra.simplify_for_codegen(L, self.structure),
                                           algebra.simplify_for_codegen(R, self.structure))
 

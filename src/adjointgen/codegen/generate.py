@@ -348,7 +348,6 @@ class Audited:
 #: where a generation records the audit of each derivation, in the output package: its verdicts,
 #: the files it produced and the keys of everything they depend on
 RECORD = "audit/{name}.json"
-SYMBOLIC_RECORD = RECORD  # the former name
 #: the keys of every record (one file, so that a change of the engine, the runtime or the templates
 #: changes no record: a cache index, written by ``generate`` and not compared by ``--check``)
 KEYS = "audit/keys.json"

@@ -583,9 +583,9 @@ class OperationIR:
             for v in rule.kernels:
                 if v.attr("fn") in indicators:
                     continue
-                part = {"pairwise_mul": "none", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
+                part = {"pairwise_mul": "plain", "pairwise_mul_skew": "skew", "pairwise_mul_sym": "sym"}[v.op]
                 seen.add((v.attr("fn"), part))
-                if rule.complex and part != "none":
+                if rule.complex and part != "plain":
                     # a complex X runs as two real launches: skew_H(X) = skew(Re X) + i sym(Im X)
                     seen.add((v.attr("fn"), "sym" if part == "skew" else "skew"))
         return tuple(sorted(seen))

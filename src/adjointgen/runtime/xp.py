@@ -72,9 +72,9 @@ def assemble(xp, V, fw):
 
 
 def matrix_part(xp, X, part, hermitian=False):
-    """``X`` itself (``part="none"``), its skew-symmetric (``"skew"``) or symmetric (``"sym"``)
+    """``X`` itself (``part="plain"``), its skew-symmetric (``"skew"``) or symmetric (``"sym"``)
     part; with ``hermitian``, the anti-Hermitian or Hermitian part of a complex ``X``."""
-    if part == "none":
+    if part == "plain":
         return X
     Xt = xp.swapaxes(X, -1, -2)
     Xt = xp.conj(Xt) if hermitian else Xt
@@ -233,7 +233,7 @@ def launch_pairwise_kernel(package: str, op: str, fn: str, part: str, w, X, thre
     ``F ∘ skew(X) = F ∘ skew(Re X) + i F ∘ sym(Im X)`` for the anti-Hermitian part
     (``hermitian=True``), and the mirror identity for the Hermitian part."""
     if X.dtype.kind == "c":
-        flip = {"none": "none", "skew": "sym", "sym": "skew"}[part] if hermitian else part
+        flip = {"plain": "plain", "skew": "sym", "sym": "skew"}[part] if hermitian else part
         real = launch_pairwise_kernel(package, op, fn, part, w, cupy.ascontiguousarray(X.real), threads)
         imag = launch_pairwise_kernel(package, op, fn, flip, w, cupy.ascontiguousarray(X.imag), threads)
         return real + 1j * imag
