@@ -199,6 +199,19 @@ def test_a_steps_checks_are_data_the_audit_interprets(name):
     assert "def symbolic" not in source and "def check" not in source
 
 
+def test_the_spec_is_typed_with_the_records():
+    """Every field of the frozen spec has a type: the records of ``calculus/records.py``, not
+    ``object`` (the builder and its records are separate modules)."""
+    import typing
+
+    from adjointgen.calculus import records, spec
+
+    hints = typing.get_type_hints(spec.OperationSpec, {**vars(records), **vars(spec)})
+    untyped = sorted(name for name, hint in hints.items() if hint is object or "object" in str(hint))
+    assert not untyped, untyped
+    assert hints["jvp"] == typing.Optional[records.Rule] and hints["steps"] == tuple[records.Step, ...]
+
+
 def test_the_audit_and_the_lowering_read_no_undeclared_field():
     """Consumers read the spec's declared fields: no ``getattr(d, ...)`` with a default, no
     ``d.__dict__``, no attribute set on a derivation from outside the builder."""

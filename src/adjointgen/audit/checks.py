@@ -1,4 +1,4 @@
-"""The numeric checks of the audit: what each recorded step's :class:`~adjointgen.calculus.derivation.Check`
+"""The numeric checks of the audit: what each recorded step's :class:`~adjointgen.calculus.records.Check`
 means on an instance.
 
 A step of a derivation records *what* is to be checked (a :class:`Check`: its kind and the
@@ -29,7 +29,7 @@ from sympy.matrices.expressions import MatrixSymbol
 
 from ..calculus import algebra
 from ..calculus.algebra import DerivationError
-from ..calculus.derivation import Check
+from ..calculus.records import Check
 from ..calculus.evaluate import concrete_expr, evaluate
 from ..calculus.nodes import DI, DJ, PairwiseDef, Structure
 

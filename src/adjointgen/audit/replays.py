@@ -1,4 +1,4 @@
-"""The symbolic audit: what each recorded step's :class:`~adjointgen.calculus.derivation.Replay`
+"""The symbolic audit: what each recorded step's :class:`~adjointgen.calculus.records.Replay`
 means on explicit small matrices.
 
 A step of a derivation records *what* its replay checks (a :class:`Replay`: its kind and the
@@ -53,7 +53,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.matrices.expressions import MatrixSymbol
 
-from ..calculus.derivation import Replay
+from ..calculus.records import Replay
 from ..calculus.evaluate import SYMPY, evaluate, real_derivatives
 from ..calculus.nodes import DiagPart
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import sympy as sp
 from sympy.matrices.expressions import MatrixSymbol
 
 from .nodes import PairwiseDef, PairwiseMatrix, Structure
+
+if TYPE_CHECKING:  # (records.py imports Source from here)
+    from .records import Extension, ForwardSpec, Gauge, Rule, SecondOrder, Step, ValueBlock, Variant
 
 
 def _frozen_map(m, value=lambda v: v) -> Mapping:
@@ -86,28 +89,28 @@ class OperationSpec:
     constant_outputs: frozenset[str]
     functions: Mapping[str, sp.FunctionClass]
     instantiations: Mapping[str, tuple[dict, tuple]]
-    forward_spec: object  # ForwardSpec | None (frozen)
+    forward_spec: ForwardSpec | None
     #: :meth:`Derivation.extend`: the public function beyond the derived domain (``Extension`` | None)
-    extension: object
-    gauges: tuple  # Gauge, in declaration order
-    gauge_rules: Mapping[str, object]  # gauge name -> Rule of its residual
+    extension: Extension | None
+    gauges: tuple[Gauge, ...]  # in declaration order
+    gauge_rules: Mapping[str, Rule]  # gauge name -> the rule of its residual
     cluster_meaning: Mapping[str, str]
     cluster_completion: Mapping[str, tuple[str, ...]]
-    steps: tuple  # Step, in order
-    jvp: object  # Rule | None
-    vjp: object
-    real_jvp: object
-    real_vjp: object
+    steps: tuple[Step, ...]  # in order
+    jvp: Rule | None
+    vjp: Rule | None
+    real_jvp: Rule | None
+    real_vjp: Rule | None
     #: the rules specialised to square orthonormal outputs (``Variant``, :meth:`Derivation.square_variants`)
-    variants: tuple
+    variants: tuple[Variant, ...]
     #: ``(m, n)``: the inputs may be tall or wide, products are ordered for both
     #: (:meth:`Derivation.either_orientation`); ``None``: one order
-    orientations: object
+    orientations: tuple[str, str] | None
     #: input cotangent name -> (L, R) with ``g = L R^T`` (``derive_vjp(lowrank=k)``)
     vjp_factors: Mapping[str, tuple[sp.MatrixExpr, sp.MatrixExpr]]
-    second: object  # SecondOrder | None
+    second: SecondOrder | None
     #: diagonal output name -> ``ValueBlock``: how its values move as a block at clusters
-    value_blocks: Mapping[str, object]
+    value_blocks: Mapping[str, ValueBlock]
     partial_rules: bool
     sampler: Callable | None
     audit_dims: tuple[Mapping[str, int], ...]
