@@ -82,13 +82,16 @@ def test_triangular_factor_verdicts_agree(kind, degree, dtype):
         x = _matrix(kind, shape, dtype, g)
         n = x.shape[-1]
         x = x + 2 * n * torch.eye(n, dtype=dtype) * x.abs().amax().nan_to_num(1.0)
-        for T in (torch.linalg.qr(x)[1], torch.linalg.cholesky_ex(x)[0], torch.triu(x)[..., : max(n - 1, 1), :]):
+        for T, side in ((torch.linalg.qr(x)[1], "upper"), (torch.linalg.cholesky_ex(x)[0], "lower"),
+                        (torch.triu(x)[..., : max(n - 1, 1), :], "upper")):
             for zero in (False, True):
                 T = T.clone()
                 if zero:
                     T[..., 0, 0] = 0
                 host, tensors = _both(checks.invertible_factor, "op", "T", T, degree)
                 assert host == tensors, (shape, zero)
+                # the side declared by the rules (Rules.invertible) gives the verdict the zeros give
+                assert _both(checks.invertible_factor, "op", "T", T, degree, side) == (host, tensors), (shape, side)
                 if zero and kind != "nan":
                     assert host[0] == "SingularMatrixError"
                 if not zero and kind != "nan":

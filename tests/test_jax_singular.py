@@ -56,3 +56,18 @@ def test_full_rank_gradient_is_unchanged_by_the_check():
     h = 1e-6
     fd = (float(_loss(A + h * E)) - float(_loss(A - h * E))) / (2 * h)
     assert abs(float(jnp.sum(eager * E)) - fd) < 1e-7 * max(1.0, abs(fd))
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1.0, 1e300])
+def test_well_conditioned_factors_pass_at_every_scale(scale):
+    """The pivot test is homogeneous: entries near 1e300 (whose squares overflow) or 1e-300 pass
+    where the factor is well conditioned (once, the norms overflowed and raised a false error)."""
+    A = np.array([[3.0, 1.0, 0.5], [1.0, 4.0, 1.0], [0.5, 1.0, 5.0], [1.0, 0.0, 1.0]]) * scale
+    g = jax.grad(lambda A: jnp.sum(agj.qr(A)[1]) / scale)(A)
+    assert np.isfinite(np.asarray(g)).all()
+    S = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+    g = jax.grad(lambda S: jnp.sum(agj.cholesky(S)))(S * scale)
+    reference = jax.grad(lambda S: jnp.sum(agj.cholesky(S)))(S)
+    np.testing.assert_allclose(np.asarray(g) * np.sqrt(scale), np.asarray(reference), rtol=1e-12)  # L(sS) = sqrt(s) L(S)
+    with pytest.raises(SingularMatrixError):
+        jax.grad(_loss)(RANK_ONE * scale)

@@ -502,9 +502,9 @@ class OperationIR:
     second_order: bool = False
     #: the rules specialised to square orthonormal outputs, and to unstructured tangents
     variants: tuple[VariantIR, ...] = ()
-    #: triangular outputs the rules invert, with their degree in the defining identity (checked for
-    #: pivots at rounding level before the rules run)
-    invertible: tuple[tuple[str, int], ...] = ()
+    #: triangular outputs the rules invert, with their degree in the defining identity and their
+    #: declared side, ``"upper"`` or ``"lower"`` (checked for pivots at rounding level before the rules run)
+    invertible: tuple[tuple[str, int, str], ...] = ()
     #: how the values move as a block at clusters (second derivatives there), if they can
     value_block: BlockIR | None = None
 

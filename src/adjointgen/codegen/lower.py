@@ -769,9 +769,9 @@ def _phase_wording(d, gauge, api) -> tuple[tuple[str, ...], str]:
     return tuple(api.get(n, n) for n in rotated), invariant
 
 
-def _inverted_factors(d, api) -> tuple[tuple[str, int], ...]:
+def _inverted_factors(d, api) -> tuple[tuple[str, int, str], ...]:
     """The triangular outputs the rules invert (``R^-1`` of QR, ``L^-1`` of Cholesky), by API name,
-    each with its degree in the defining identity (``A = Q R``: 1; ``A = L L^T``: 2): where a pivot
+    each with its declared side (``"upper"``, ``"lower"``) and its degree in the defining identity (``A = Q R``: 1; ``A = L L^T``: 2): where a pivot
     is at the level of rounding the rules' value has no correct digits, and the dispatch refuses it
     (:func:`adjointgen.runtime.checks.invertible_factor`; the degree sets the level: a pivot of a
     factor of degree 2 carries half the input's digits)."""
@@ -801,7 +801,7 @@ def _inverted_factors(d, api) -> tuple[tuple[str, int], ...]:
                     best = max(best, count)
         return best
 
-    return tuple(sorted((api.get(n, n), degree(n)) for n in found))
+    return tuple(sorted((api.get(n, n), degree(n), d.structure.triangle(n)[0]) for n in found))
 
 
 def _expanded(e):

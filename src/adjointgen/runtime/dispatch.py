@@ -77,8 +77,8 @@ def _independent(rules: Rules, env: dict) -> None:
 
 
 def _invertible(rules: Rules, env: dict) -> None:
-    for name, degree in rules.invertible:
-        checks.invertible_factor(rules.op, name, env[name], degree)
+    for name, degree, *side in rules.invertible:  # (side: declared since 2026-12; older modules have none)
+        checks.invertible_factor(rules.op, name, env[name], degree, *side)
 
 
 def jvp(rules: Rules, env: dict) -> tuple:

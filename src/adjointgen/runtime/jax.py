@@ -666,23 +666,29 @@ def _singular_factors(rules: Rules, env: dict):
     has no correct digits, nor has a derivative that divides by it.  Concrete values raise
     ``SingularMatrixError``; traced ones give the batch elements' flags (``None``: nothing to flag)."""
     flags = None
-    for name, degree in rules.invertible:
+    for name, degree, *side in rules.invertible:  # (side: declared since 2026-12; older modules have none)
         T = env.get(name)
         if T is None or not T.size:
             continue
         T = lax.stop_gradient(T)
         k = min(T.shape[-2:])
-        pivots = jnp.abs(jnp.diagonal(T, axis1=-2, axis2=-1))[..., :k]
-        upper = jnp.all(jnp.tril(T, -1) == 0, axis=(-2, -1))[..., None]
-        columns = jnp.sqrt(jnp.sum(jnp.abs(T) ** 2, axis=-2))[..., :k]
-        rows = jnp.sqrt(jnp.sum(jnp.abs(T) ** 2, axis=-1))[..., :k]
-        size = jnp.where(upper, columns, rows)
+        # on T / max|T| (the test is homogeneous): the squares of entries near 1e300 would overflow
+        top = jnp.maximum(jnp.max(jnp.abs(T), axis=(-2, -1)), jnp.finfo(jnp.abs(T).dtype).tiny)[..., None]
+        Y = T / top[..., None]
+        pivots = jnp.abs(jnp.diagonal(Y, axis1=-2, axis2=-1))[..., :k]
+        columns = jnp.sqrt(jnp.sum(jnp.abs(Y) ** 2, axis=-2))[..., :k]
+        rows = jnp.sqrt(jnp.sum(jnp.abs(Y) ** 2, axis=-1))[..., :k]
+        if side:
+            size = columns if side[0] == "upper" else rows
+        else:
+            size = jnp.where(jnp.all(jnp.tril(T, -1) == 0, axis=(-2, -1))[..., None], columns, rows)
         eps = float(jnp.finfo(pivots.dtype).eps)
         noise = pivots <= (k * eps) ** (1.0 / degree) * size
         if is_concrete(noise):
             if bool(jnp.any(noise)):
                 bad = numpy.argwhere(numpy.asarray(noise))[0]
-                pivot, scale = float(pivots[tuple(bad)]), float(size[tuple(bad)])
+                factor = float(top[tuple(bad[:-1])][0])
+                pivot, scale = float(pivots[tuple(bad)]) * factor, float(size[tuple(bad)]) * factor
                 where = f" (batch index {tuple(int(b) for b in bad[:-1])})" if len(bad) > 1 else ""
                 try:
                     from .checks import SingularMatrixError

@@ -135,8 +135,8 @@ class Rules:
     #: rules specialised to square shapes of orthonormal outputs (:class:`Variant`)
     variants: tuple[Variant, ...] = ()
     #: triangular outputs the rules invert, with their degree in the defining identity (``A = L L^H``:
-    #: 2): a pivot at rounding level leaves no correct digit
-    invertible: tuple[tuple[str, int], ...] = ()
+    #: 2) and their declared side (``"upper"``, ``"lower"``): a pivot at rounding level leaves no correct digit
+    invertible: tuple[tuple[str, int, str], ...] = ()
     #: how the values move as a block at clusters (:class:`ValueBlock`), if they can
     block: ValueBlock | None = None
     #: the derivation's dimensions of the arrays the rules read, by name (``("Q", ("m", "n"))``),
