@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _timing import table  # noqa: E402
+from count_host_reads import _bare_cholesky as _bare, _time  # noqa: E402  (the same floor, timed the same way)
 from host_reads import cases, step  # noqa: E402  (the suite's forward + backward)
 
 import adjointgen.torch as agt  # noqa: E402
@@ -59,25 +60,6 @@ at::Tensor cholesky(const at::Tensor& A) { return CholeskyRule::apply(A); }
 """
 
 
-def _bare():
-    from adjointgen.generated.torch.cholesky import cholesky_vjp
-
-    class Bare(torch.autograd.Function):
-        @staticmethod
-        def forward(A):
-            return torch.linalg.cholesky_ex(A)[0]
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(output)
-
-        @staticmethod
-        def backward(ctx, gL):
-            return cholesky_vjp(ctx.saved_tensors[0], gL)
-
-    return super(torch.autograd.Function, Bare).apply
-
-
 def _compiled():
     if shutil.which("c++") is None and shutil.which("g++") is None:
         return None
@@ -89,18 +71,6 @@ def _compiled():
     except Exception as exc:  # noqa: BLE001 - no working toolchain: the row is skipped, with the reason
         print(f"(the C++ row is skipped: the extension did not build: {str(exc).splitlines()[0][:200]})")
         return None
-
-
-def _time(fn, A, loss, calls):
-    for _ in range(200):
-        step(fn, A, loss)
-    best = float("inf")
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            step(fn, A, loss)
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
 
 
 def main(argv=None):
