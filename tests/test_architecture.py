@@ -291,6 +291,57 @@ def test_generated_code_imports_only_its_backends_runtime_helpers():
                         assert module.startswith(backend.runtime), (backend.name, path.name, module)
 
 
+#: the most ``{%`` tags a template may hold: templates lay code out; what to emit is decided by the
+#: generator (the IR's properties, the printer's statements and imports) and the runtime
+TAG_BUDGET = 40
+
+
+def test_templates_keep_to_the_tag_budget():
+    counts = {p.relative_to(ROOT).as_posix(): p.read_text().count("{%") for p in (ROOT / "templates").rglob("*.j2")}
+    over = {name: n for name, n in counts.items() if n > TAG_BUDGET}
+    assert not over, f"templates over {TAG_BUDGET} tags (move the decision into the IR or the runtime): {over}"
+    assert len(counts) > 10
+
+
+def test_templates_write_no_imports_of_the_runtime():
+    """A generated module's imports are computed from the names its code reads
+    (adjointgen.codegen.imports): no template lists runtime helpers."""
+    for path in sorted((ROOT / "templates").rglob("*.py.j2")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            assert not re.match(r"\s*(from adjointgen|import adjointgen|import functools|import jax)", line), \
+                f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+
+
+@pytest.mark.parametrize("backend", [b for b in gen.BACKENDS if b.printer], ids=lambda b: b.name)
+def test_generated_modules_import_exactly_what_they_read(backend):
+    from adjointgen.codegen.imports import free_names
+
+    folder = ROOT / "generated" / backend.output.split("/")[0]
+    paths = sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+    assert paths
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        imported = {a.asname or a.name.split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for a in node.names}
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        read |= {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        assert imported <= read, (path.name, sorted(imported - read))
+        assert not {n for n in free_names(path.read_text()) if n.startswith("_") and not n.startswith("__")}, path.name
+
+
+def test_the_imports_are_computed_from_the_emitted_code():
+    from adjointgen.codegen.imports import MARKER, UnknownName, resolve
+
+    table = {"_jnp": "jax.numpy", "_linalg": "adjointgen.runtime:linalg", "_checks": "adjointgen.runtime:checks"}
+    text = f"import torch\n{MARKER}\n\ndef f(x):\n    _y = 1\n    return _linalg.adjugate(x) + _jnp.ones(1) + _y\n"
+    out = resolve(text, table)
+    assert out.splitlines()[1:4] == ["import jax.numpy as _jnp", "", "from adjointgen.runtime import linalg as _linalg"]
+    assert "_checks" not in out and MARKER not in out
+    with pytest.raises(UnknownName, match="_solvers"):
+        resolve(text.replace("_linalg.adjugate", "_solvers.shifted"), table)
+    assert resolve("x = 1\n", table) == "x = 1\n"
+
+
 def test_a_file_names_the_templates_it_includes_among_its_sources():
     text = (ROOT / "generated" / "torch" / "funm.py").read_text()
     assert "templates/common/spectral.py.j2" in text.splitlines()[1]  # funm includes it
@@ -298,10 +349,12 @@ def test_a_file_names_the_templates_it_includes_among_its_sources():
 
 
 def test_templates_hold_layout_and_formulas_not_numerical_guards():
-    """The guards of pairwise quotients (diagonal, clusters, broadening, fused gaps) live once per
-    backend in its runtime helpers (adjointgen.runtime.pairwise, adjointgen.runtime.xp)."""
-    guards = re.compile(r"torch\.where|torch\.inf|xp\.where|\.fill_\(|\.eye\(|\.unsqueeze\(|swapaxes")
-    for path in sorted((ROOT / "templates").rglob("op.*.j2")):
+    """The guards of pairwise quotients (diagonal, clusters, broadening, fused gaps) and the choice
+    between the fused and the masked product live once per backend in its runtime helpers
+    (adjointgen.runtime.pairwise, adjointgen.runtime.xp)."""
+    guards = re.compile(r"torch\.where|torch\.inf|xp\.where|\.fill_\(|\.eye\(|\.unsqueeze\(|swapaxes|pairs_apart|"
+                        r"divided_by_gaps")
+    for path in sorted((ROOT / "templates").rglob("*.py.j2")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not guards.search(line), f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
 
@@ -310,7 +363,7 @@ def test_the_autograd_functions_dispatch_in_the_runtime_not_in_the_template():
     """Complex or real rules, checked or not, completion at clusters and which check a residual
     goes to: decided once, in adjointgen.runtime.dispatch, from the rules the template lays out as
     data; the generated backward and jvp hand it their names."""
-    template = (ROOT / "templates" / "torch" / "op.py.j2").read_text()
+    template = "".join(p.read_text() for p in sorted((ROOT / "templates" / "torch").rglob("*.j2")))
     for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "has_clusters("):
         assert decision not in template, decision
     import adjointgen.generated.torch.eigh as eigh

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from ..project import BACKENDS as BACKEND_DIRS
 from ..project import Project, ProjectError, find_project, load_project
+from .imports import MARKER, UnknownName
+from .imports import resolve as resolve_imports
 
 __all__ = [
     "BACKENDS", "GenerationFailed", "ProjectError", "audit_one", "check", "derivation_names", "find_root",
@@ -244,6 +246,7 @@ def _environment(project: Project):
     env.filters["pyscalar"] = scalar_python
     env.filters["cscalar"] = scalar_c
     env.filters["at"] = lambda seq, i: seq[i]
+    env.filters["keyword"] = lambda name: f"{name}={name}"
     env.filters["mdcell"] = lambda x: ("`" + str(x).replace("|", "\\|") + "`") if x is not None else ""
     env.filters["verdict_cell"] = lambda v: str(v).replace("|", "\\|")
     env.filters.update(_SPECTRAL_FILTERS)
@@ -902,10 +905,11 @@ def _render_files(project: Project, a: Audited):
             skipped[backend.name] = "no elementwise kernels"
             continue
         template = _template(env, project, backend.template)
-        lines = {}
+        lines, statements = {}, {}
         if backend.printer:
             printer = PRINTERS[backend.printer]
             lines = {r.name: printer.lines(r) for r in op.rules}
+            statements = {r.name: printer.statements(r) for r in op.rules}
         path = project.output / backend.output.format(name=op.name)
         env.loader.loaded.clear()
         context = dict(
@@ -914,18 +918,32 @@ def _render_files(project: Project, a: Audited):
             has_kernels=has_kernels,
             cls="".join(part.capitalize() for part in op.name.split("_")) + "Function",
             lines=lines,
+            statements=statements,
             pairwise_by_name={f.name: f for f in op.pairwise},
             report=a.report,
             steps=steps,
             tolerance=a.report.steps[0].tolerance if a.report.steps else 0,
+            imports=MARKER,
         )
         _render_template(template, header="", **context)  # finds the templates it includes
         included = [Path(_template(env, project, name).filename) for name in env.loader.loaded if name != backend.template]
         sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename), *included]
         text = _render_template(template, header=_header(backend.comment, sources, project), **context)
+        if backend.printer:
+            text = _with_imports(text, PRINTERS[backend.printer], template)
         files[path] = text
         texts[backend.name] = (path, text)
     return files, texts, skipped
+
+
+def _with_imports(text: str, printer, template) -> str:
+    """The rendered module with the imports its code reads (:mod:`adjointgen.codegen.imports`)."""
+    try:
+        return resolve_imports(text, printer.imports or {})
+    except UnknownName as exc:
+        raise TemplateError(f"{template.filename}: {exc}") from None
+    except SyntaxError as exc:
+        raise TemplateError(f"{template.filename}: the rendered module is not Python: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,12 @@ class PairwiseFn:
     def needs_clusters(self) -> bool:
         return self.indicator or self.masked
 
+    @property
+    def kind(self) -> str:
+        """How its entries are evaluated: ``indicator``, ``masked`` (0 at clusters) or ``quotient``
+        (the backends' templates ``<backend>/pairwise/<kind>.py.j2``)."""
+        return "indicator" if self.indicator else "masked" if self.masked else "quotient"
+
 
 @dataclass(frozen=True)
 class InstanceIR:
@@ -249,6 +255,17 @@ class RuleIR:
         for v in self.values:
             counts[v.op] = counts.get(v.op, 0) + 1
         return dict(sorted(counts.items()))
+
+    @property
+    def op_summary(self) -> str:
+        """``matmul 3, add 2``: how many of each operation the rule evaluates."""
+        return ", ".join(f"{op} {count}" for op, count in self.op_counts.items())
+
+    def title(self, op: str) -> str:
+        """The first line of the rule's docstring, for the operation ``op``."""
+        if self.kind == "gauge":
+            return f"Gauge residual of {op} (zero when the loss does not depend on the gauge)"
+        return f"{self.kind.upper()} of {op}" + (" for complex data" if self.complex else "")
 
     @property
     def kernels(self) -> tuple[Value, ...]:
@@ -539,11 +556,15 @@ class OperationIR:
     def uses_broadening(self) -> bool:
         return any(p.masked for p in self.pairwise)
 
+    @property
+    def context_options(self) -> tuple[str, ...]:
+        """The options the autograd function keeps on its context for the rules: the cluster
+        tolerance and the broadening, where the rules take them."""
+        return (("cluster_rtol",) if self.uses_clusters else ()) + (("broadening",) if self.uses_broadening else ())
+
     def _env(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         pub = self.public
-        names = pub.saved + tuple(o.name for o in pub.outputs if o.form == "adjoint") + extra
-        names += ("cluster_rtol",) if self.uses_clusters else ()
-        names += ("broadening",) if self.uses_broadening else ()
+        names = pub.saved + tuple(o.name for o in pub.outputs if o.form == "adjoint") + extra + self.context_options
         return tuple(dict.fromkeys(names))
 
     @property

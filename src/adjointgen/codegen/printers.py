@@ -28,6 +28,10 @@ class ArrayPrinter:
     inplace: dict = None
     #: entries that differ for complex data (``^T`` is the conjugate transpose)
     complex_table: dict = None
+    #: what each module-level name ``_x`` of the entries and of the backend's templates is bound
+    #: to: ``"package.module:attr"`` or ``"module"``; a generated module imports the ones its code
+    #: reads (:mod:`adjointgen.codegen.imports`)
+    imports: dict = None
 
     @staticmethod
     def _fields(v: Value) -> dict:
@@ -78,7 +82,14 @@ class ArrayPrinter:
                 out.append((v.name, self.value(v, rule.complex)))
         return out
 
+    def statements(self, rule: RuleIR) -> list[str]:
+        """The rule's body, one statement per value (:meth:`lines`)."""
+        return [expr if name is None else f"{name} = {expr}" for name, expr in self.lines(rule)]
 
+
+#: the torch backend's runtime modules, each under ``_<module>``
+_TORCH_RUNTIME = ("linalg", "solvers", "checks", "function", "host", "dispatch", "degeneracy", "pairwise", "divided",
+                  "spectral")
 TORCH = ArrayPrinter(
     "torch",
     {
@@ -154,7 +165,34 @@ TORCH = ArrayPrinter(
         "real_part": "{0}.real",
         "imaginary_part": "1j * {0}.resolve_conj().imag",
     },
+    imports={
+        "_functools": "functools",
+        "torch": "torch",
+        **{f"_{m}": f"adjointgen.runtime:{m}" for m in _TORCH_RUNTIME},
+        "_ScalarProgram": "adjointgen.runtime.divided:ScalarProgram",
+        "_resolve": "adjointgen.runtime.host:resolve",
+    },
 )
+
+#: the helpers the array backends' entries and templates call, each under ``_<name>`` (``_part``:
+#: ``matrix_part``), from the backend's runtime module
+_ARRAY_HELPERS = ("add_diag", "add_diag_", "array_module", "check_tangent", "cluster_mask", "masked_quotient",
+                  "zero_where_negligible", "reciprocal", "quotient", "lu_solve", "adjugate", "matrix_exp", "expm_frechet",
+                  "expm_frechet_solve", "triangular_sylvester_solve", "solve_triangular", "solve_triangular_right",
+                  "shifted_solve", "sylvester")
+
+
+def _array_imports(runtime: str, helpers: tuple[str, ...] = (), **more) -> dict:
+    return {
+        **more,
+        **{f"_{h}": f"{runtime}:{h}" for h in _ARRAY_HELPERS + helpers},
+        "_part": f"{runtime}:matrix_part",
+        "_divided": "adjointgen.runtime:divided",
+        "_host": "adjointgen.runtime:host",
+        "_ScalarProgram": "adjointgen.runtime.divided:ScalarProgram",
+        "_resolve": "adjointgen.runtime.host:resolve",
+    }
+
 
 XP = ArrayPrinter(
     "xp",
@@ -218,6 +256,8 @@ XP = ArrayPrinter(
     inplace={
         "add_diag": "_add_diag_(xp, {0}, {1})",
     },
+    imports=_array_imports("adjointgen.runtime.xp", ("is_cupy", "launch_pairwise_kernel", "assemble", "check_spectrum",
+                                                     "launch_matrix_kernel"), _functools="functools"),
     complex_table={
         "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",
         "skew": "0.5 * ({0} - xp.conj(xp.swapaxes({0}, -1, -2)))",
@@ -240,6 +280,8 @@ JAX = ArrayPrinter(
     {**XP.table, "diagonal": "xp.diagonal({0}, axis1=-2, axis2=-1)"},
     inplace={},
     complex_table={**XP.complex_table, "diag_sym": "xp.real(xp.diagonal({0}, axis1=-2, axis2=-1))"},
+    imports=_array_imports("adjointgen.runtime.jax", _functools="functools", _jax="jax", _jnp="jax.numpy",
+                           _rt="adjointgen.runtime:jax", _rules="adjointgen.runtime:rules"),
 )
 
 PRINTERS = {"torch": TORCH, "xp": XP, "jax": JAX}

@@ -15,6 +15,8 @@ also in second derivatives, is decided here:
 - :func:`divided_by_gaps`: ``X / (v_i - v_j)`` (zero diagonal) or ``X / (v_i + v_j)`` in one
   division, when no pair is close (:func:`adjointgen.runtime.degeneracy.pairs_apart`), so ``F`` is
   never formed;
+- :func:`masked_times`: ``scale * F ∘ X`` for a masked ``F``: the choice between the one division
+  above and the masked product, and the tangent check of a JVP;
 - :func:`times`, :func:`scale_rows`, :func:`scale_cols`, :func:`add_diag` (from
   :mod:`~adjointgen.runtime.value_blocks`): ``F ∘ X``, ``diag(v) X``, ``X diag(v)`` and
   ``X + diag(v)``, whose second derivative at a cluster moves the cluster's values as a block.
@@ -26,11 +28,11 @@ from __future__ import annotations
 
 import torch
 
-from .degeneracy import check_tangent, negligible
+from .degeneracy import check_tangent, negligible, pairs_apart
 from .value_blocks import add_diag, scale_cols, scale_rows, times
 
-__all__ = ["add_diag", "check_tangent", "divided_by_gaps", "masked_quotient", "operands", "quotient", "scale_cols",
-           "scale_rows", "times"]
+__all__ = ["add_diag", "check_tangent", "divided_by_gaps", "masked_quotient", "masked_times", "operands", "quotient",
+           "scale_cols", "scale_rows", "times"]
 
 
 def operands(d: torch.Tensor):
@@ -64,3 +66,26 @@ def divided_by_gaps(X: torch.Tensor, v: torch.Tensor, kind: str) -> torch.Tensor
     else:
         denominator = v.unsqueeze(-1) + v.unsqueeze(-2)
     return X / denominator
+
+
+def masked_times(F, d: torch.Tensor, X: torch.Tensor, scale, rtol, broadening, tangent, denominator, fused=None):
+    """``scale * F ∘ X`` for a generated masked pairwise matrix ``F(d, scale, rtol, broadening)``
+    whose denominator is ``denominator(d_i, d_j)``.
+
+    ``fused = (kind, factor)`` when ``F_ij = c / (a d_i ∓ a d_j)`` (``factor = a / c``, ``kind``
+    ``"difference"`` or ``"sum"``): where no pair of ``d`` makes the denominator vanish
+    (:func:`~adjointgen.runtime.degeneracy.pairs_apart`, on the host in ``O(n log n)``), ``X`` is
+    divided by ``v_i ∓ v_j`` with ``v = d factor / scale`` in one division and ``F`` is never formed;
+    otherwise (clusters, a broadening, a transform tracing ``d``) ``F`` is formed, masked, and its
+    product's derivative in ``d`` moves a cluster's values as a block (:func:`times`).
+
+    ``tangent``: the operation whose JVP this is; ``X`` is then a projected tangent, which must not
+    split a cluster (:func:`check_tangent`).
+    """
+    if fused is not None and broadening is None and pairs_apart(d, fused[0], rtol):
+        return divided_by_gaps(X, d * (fused[1] / scale), fused[0])
+    if tangent is not None and broadening is None:
+        check_tangent(tangent, X, denominator(*operands(d)), d, rtol)
+    if fused is None:
+        return F(d, scale, rtol, broadening) * X
+    return times(F(d, scale, rtol, broadening), X, d, fused[1] / scale, fused[0], broadening)
