@@ -195,8 +195,26 @@ def test_a_steps_checks_are_data_the_audit_interprets(name):
         assert step.check is None or (isinstance(step.check, Check) and step.check.kind in checks._KINDS)
         assert step.replay is None or (isinstance(step.replay, Replay) and step.replay.kind in replays._KINDS)
     pickle.dumps(spec.steps)
-    source = (ROOT / "src/adjointgen/calculus/derivation.py").read_text()
-    assert "def symbolic" not in source and "def check" not in source
+    builder = [ROOT / "src/adjointgen/calculus/derivation.py", *sorted((ROOT / "src/adjointgen/calculus/steps").glob("*.py"))]
+    for path in builder:
+        source = path.read_text()
+        assert "def symbolic" not in source and "def check" not in source, path.name
+
+
+#: the most lines a source file of the package may have (the generated modules excepted)
+LINE_BUDGET = 800
+
+
+def test_the_builder_is_split_by_step_family():
+    """``Derivation`` is the shared state and the recording; each family of steps is a module of
+    ``calculus/steps`` (declarations, identities, projections, solves, rules), none over the budget."""
+    from adjointgen.calculus import derivation, steps  # noqa: F401
+
+    families = [c.__module__ for c in derivation.Derivation.__mro__[1:-1]]
+    assert families == [f"adjointgen.calculus.steps.{m}" for m in ("declarations", "identities", "projections", "solves",
+                                                                   "rules")]
+    for path in [ROOT / "src/adjointgen/calculus/derivation.py", *(ROOT / "src/adjointgen/calculus/steps").glob("*.py")]:
+        assert len(path.read_text().splitlines()) <= LINE_BUDGET, path.name
 
 
 def test_the_spec_is_typed_with_the_records():

@@ -34,8 +34,12 @@ def reference_markdown() -> str:
     from .project import __doc__ as project_doc
 
     D = derivation.Derivation
-    public = [n for n, v in vars(D).items() if callable(v) and not n.startswith("_") and n not in DECLARATIONS + RULES]
-    steps = sorted(public, key=lambda n: inspect.getsourcelines(getattr(D, n))[1])
+    # the steps of every family (calculus/steps), in the order of the builder's file and the families'
+    steps = []
+    for family in (D, *D.__mro__[1:-1]):
+        public = [n for n, v in vars(family).items() if callable(v) and not n.startswith("_")
+                  and n not in DECLARATIONS + RULES]
+        steps += sorted(public, key=lambda n: inspect.getsourcelines(getattr(D, n))[1])
     parts = [
         "# Derivation reference\n",
         "Generated from the docstrings by `adjointgen reference`; do not edit.\n",

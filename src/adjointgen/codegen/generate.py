@@ -136,9 +136,10 @@ def _engine_state() -> int:
     """The engine's functions as they are now in this process (a test that replaces one -- a
     deliberately wrong rule -- gets its own specs, not those frozen before)."""
     from ..calculus import algebra, derivation, evaluate, nodes, spec
+    from ..calculus.steps import checks, declarations, identities, projections, rules, solves
 
-    return hash(tuple((m.__name__, k, id(v)) for m in (algebra, derivation, evaluate, nodes, spec)
-                      for k, v in vars(m).items() if callable(v)))
+    modules = (algebra, derivation, evaluate, nodes, spec, checks, declarations, identities, projections, rules, solves)
+    return hash(tuple((m.__name__, k, id(v)) for m in modules for k, v in vars(m).items() if callable(v)))
 
 
 def _sources_digest(path: Path) -> str:
@@ -395,7 +396,7 @@ def _audit_digest() -> str:
     digest.update(f"python {sys.version_info[0]}.{sys.version_info[1]}\0".encode())
     for package in ("sympy", "numpy", "scipy"):
         digest.update(f"{package} {_package_version(package)}\0".encode())
-    files = [here / "names.py"] + sorted((here / "calculus").glob("*.py")) + sorted((here / "audit").glob("*.py"))
+    files = [here / "names.py"] + sorted((here / "calculus").rglob("*.py")) + sorted((here / "audit").glob("*.py"))
     _files_digest(digest, files, lambda f: Path(f).relative_to(here).as_posix())
     return digest.hexdigest()
 
