@@ -43,7 +43,7 @@ n = d.dim("n")
 A = d.input("A", n, n, positive_definite=True)
 L = d.output("L", n, n, lower=True, real_diagonal=True)  # positive diagonal, real for complex A too
 dA, dL = d.tangent(A), d.tangent(L)
-d.forward(torch="adjointgen.runtime.forward:cholesky", numpy="xp.linalg.cholesky", checked=("positive_definite",))
+d.forward(runtime="cholesky", checked=("positive_definite",))
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 6, "field": "real"}])
 

@@ -65,7 +65,7 @@ A = d.input("A", n, n)
 V = d.output("V", n, n)
 L = d.output("L", n, n, complex_diagonal=True, api="w")
 d.api_outputs("w", "V")  # as torch.linalg.eig
-d.forward(torch="adjointgen.runtime.forward:eig", numpy="adjointgen.runtime.xp:eig")
+d.forward(runtime="eig")
 dA, dV, dL = d.tangent(A), d.tangent(V), d.tangent(L)
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 5, "field": "real"}])

@@ -57,7 +57,7 @@ A = d.input("A", n, n, symmetric=True)
 U = d.output("U", n, n, orthonormal=True, api="V")
 D = d.output("D", n, n, diagonal=True, api="w")
 d.api_outputs("w", "V")  # as torch.linalg.eigh
-d.forward(torch="adjointgen.runtime.forward:eigh", numpy="adjointgen.runtime.xp:eigh")
+d.forward(runtime="eigh")
 dA, dU, dD = d.tangent(A), d.tangent(U), d.tangent(D)
 d.instances(sample, [{"n": 4, "field": "complex"}, {"n": 5, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 6, "field": "real"}])

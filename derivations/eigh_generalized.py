@@ -72,8 +72,7 @@ B = d.input("B", n, n, positive_definite=True)
 U = d.output("U", n, n, orthonormal="B", api="V")
 D = d.output("D", n, n, diagonal=True, api="w")
 d.api_outputs("w", "V")
-d.forward(torch="adjointgen.runtime.forward:eigh_generalized", numpy="adjointgen.runtime.xp:eigh_generalized",
-          checked=("positive_definite",))
+d.forward(runtime="eigh_generalized", checked=("positive_definite",))
 dA, dB, dU, dD = d.tangent(A), d.tangent(B), d.tangent(U), d.tangent(D)
 d.instances(sample, [{"n": 4, "field": "complex"}, {"n": 5, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 6, "field": "real"}])

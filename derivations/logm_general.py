@@ -42,7 +42,7 @@ n = d.dim("n")
 A = d.input("A", n, n)
 X = d.output("X", n, n)
 dA, dX = d.tangent(A), d.tangent(X)
-d.forward(torch="adjointgen.runtime.forward:logm_general", numpy="adjointgen.runtime.xp:logm_general")
+d.forward(runtime="logm_general")
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 5, "field": "real"}])
 

@@ -50,7 +50,7 @@ A = d.input("A", m, n)
 B = d.input("B", m, p)
 X = d.output("X", n, p)
 P = d.output("P", n, m, hidden=True)  # returned with its rule (higher derivatives read it), not by agt.lstsq
-d.forward(torch="adjointgen.runtime.forward:lstsq", numpy="adjointgen.runtime.xp:lstsq", options={"rcond": None})
+d.forward(runtime="lstsq", options={"rcond": None})
 d.instances(sample, [{"m": 5, "n": 3, "p": 2, "field": "complex"}, {"m": 3, "n": 5, "p": 2, "field": "complex"},
                      {"m": 5, "n": 4, "p": 3, "r": 2, "field": "complex"}, {"m": 5, "n": 3, "p": 2, "field": "real"},
                      {"m": 3, "n": 5, "p": 1, "field": "real"}, {"m": 5, "n": 4, "p": 2, "r": 2, "field": "real"}])

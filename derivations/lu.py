@@ -50,7 +50,7 @@ L = d.output("L", n, n, lower=True, unit_diagonal=True)
 U = d.output("U", n, n, upper=True)
 d.api_outputs("P", "L", "U")
 dA, dL, dU = d.tangent(A), d.tangent(L), d.tangent(U)
-d.forward(torch="adjointgen.runtime.forward:lu", numpy="adjointgen.runtime.xp:lu")
+d.forward(runtime="lu")
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 6, "field": "real"}])
 

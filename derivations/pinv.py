@@ -46,8 +46,7 @@ d.either_orientation(m, n)  # A tall or wide: products ordered for both, picked 
 A = d.input("A", m, n)
 X = d.output("X", n, m, api="P")
 dA, dX = d.tangent(A), d.tangent(X)
-d.forward(torch="adjointgen.runtime.forward:pinv", numpy="adjointgen.runtime.xp:pinv",
-          options={"atol": None, "rtol": None, "hermitian": False})
+d.forward(runtime="pinv", options={"atol": None, "rtol": None, "hermitian": False})
 d.instances(sample_with_rank, [{"m": 5, "n": 3, "field": "complex"}, {"m": 3, "n": 5, "field": "complex"},
                                {"m": 5, "n": 4, "field": "complex"}, {"m": 5, "n": 3, "field": "real"},
                                {"m": 3, "n": 5, "field": "real"}, {"m": 5, "n": 4, "field": "real"}])

@@ -50,7 +50,7 @@ Q = d.output("Q", m, n, orthonormal=True)
 R = d.output("R", n, n, upper=True, real_diagonal=True)  # LAPACK's R has a real diagonal
 d.api_outputs("Q", "R")
 dA, dQ, dR = d.tangent(A), d.tangent(Q), d.tangent(R)
-d.forward(torch="adjointgen.runtime.forward:qr", numpy="xp.linalg.qr")
+d.forward(runtime="qr")
 d.instances(sample, [{"m": 5, "n": 3, "field": "complex"}, {"m": 4, "n": 4, "field": "complex"},
                      {"m": 5, "n": 3, "field": "real"}, {"m": 4, "n": 4, "field": "real"}, {"m": 6, "n": 2, "field": "real"}])
 d.symbolic_sizes = {"m": 3, "n": 2}

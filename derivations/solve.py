@@ -36,7 +36,7 @@ A = d.input("A", n, n)
 B = d.input("B", n, p)
 X = d.output("X", n, p)
 dX = d.tangent(X)
-d.forward(torch="adjointgen.runtime.forward:solve", numpy="xp.linalg.solve", saves={"A": "lu"})
+d.forward(runtime="solve", saves={"A": "lu"})
 d.instances(sample, [{"n": 3, "p": 2, "field": "complex"}, {"n": 4, "p": 1, "field": "complex"},
                      {"n": 4, "p": 1, "field": "real"}, {"n": 5, "p": 5, "field": "real"}])
 

@@ -41,7 +41,7 @@ A = d.input("A", n, n, lower=True)
 B = d.input("B", n, p)
 X = d.output("X", n, p)
 dX = d.tangent(X)
-d.forward(torch="adjointgen.runtime.forward:solve_lower", numpy="adjointgen.runtime.xp:solve_lower")
+d.forward(runtime="solve_lower")
 d.instances(sample, [{"n": 3, "p": 2, "field": "complex"}, {"n": 4, "p": 1, "field": "complex"},
                      {"n": 4, "p": 1, "field": "real"}, {"n": 5, "p": 5, "field": "real"}])
 

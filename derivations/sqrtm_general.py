@@ -38,7 +38,7 @@ n = d.dim("n")
 A = d.input("A", n, n)
 X = d.output("X", n, n)
 dA, dX = d.tangent(A), d.tangent(X)
-d.forward(torch="adjointgen.runtime.forward:sqrtm_general", numpy="adjointgen.runtime.xp:sqrtm_general")
+d.forward(runtime="sqrtm_general")
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 4, "field": "real"},
                      {"n": 5, "field": "real"}])
 

@@ -71,7 +71,7 @@ U = d.output("U", m, k, orthonormal=True, api="U")
 S = d.output("S", k, k, diagonal=True, api="S")
 V = d.output("V", n, k, orthonormal=True, api="V", public="Vh", form="adjoint")  # returned as Vh, like torch
 d.api_outputs("U", "S", "V")
-d.forward(torch="adjointgen.runtime.forward:svd", numpy="adjointgen.runtime.xp:svd")
+d.forward(runtime="svd")
 dA, dU, dS, dV = d.tangent(A), d.tangent(U), d.tangent(S), d.tangent(V)
 d.instances(sample, [{"m": 5, "n": 3, "k": 3, "field": "complex"}, {"m": 3, "n": 4, "k": 3, "field": "complex"},
                      {"m": 4, "n": 4, "k": 4, "field": "real"}, {"m": 3, "n": 5, "k": 3, "field": "real"},

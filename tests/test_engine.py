@@ -341,6 +341,47 @@ def test_auxiliary_and_hidden_outputs_are_accepted_next_to_a_declared_forward():
         assert d.auxiliary_outputs == {"P"} and d.hidden_outputs == {"Q"}
 
 
+def test_a_runtime_forward_is_declared_once_and_found_in_every_backends_runtime():
+    """``forward(runtime="eigh")`` names the forward every backend's runtime defines; each backend
+    imports it from its own (the printer's ``forwards``); the old spelling by module is the same
+    declaration; a name no runtime defines, or one beside torch=/numpy=/host=, is an error at its line."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import adjointgen.codegen.generate as gen
+    from adjointgen.calculus import Derivation
+    from adjointgen.codegen.ir import ForwardIR
+    from adjointgen.codegen.lower import lower_derivation
+    from adjointgen.codegen.printers import PRINTERS
+
+    def declared(**forward):
+        d = Derivation("fwd", __file__, title="t")
+        n = d.dim("n")
+        d.input("A", n, n)
+        d.output("X", n, n)
+        d.forward(**forward)
+        return d
+
+    spec = declared(runtime="inv").forward_spec
+    assert (spec.torch.module, spec.numpy.module) == ("adjointgen.runtime.forward", "adjointgen.runtime.xp")
+    assert spec.torch.runtime and spec.numpy.runtime and spec.torch.attr == spec.numpy.attr == "inv"
+    assert declared(torch="adjointgen.runtime.forward:inv", numpy="adjointgen.runtime.xp:inv").forward_spec == spec
+    root = Path(__file__).resolve().parents[1]
+    public = lower_derivation(gen.load_derivation(root, "inv"), str(root)).public  # the catalogue's: runtime="inv"
+    assert {name: p.forward_import(public) for name, p in PRINTERS.items()} == {
+        "torch": {"_forward": "adjointgen.runtime.forward:inv"}, "xp": {"_forward": "adjointgen.runtime.xp:inv"},
+        "jax": {"_forward": "adjointgen.runtime.jax:inv"}}
+    own = SimpleNamespace(torch_forward=ForwardIR("mypkg.ops", "inv"), numpy_forward=ForwardIR("mypkg.ops", "inv_numpy"))
+    assert PRINTERS["jax"].forward_import(own) == {"_forward": "mypkg.ops:inv_numpy"}
+    assert PRINTERS["torch"].forward_import(own) == {"_forward": "mypkg.ops:inv"}
+    with pytest.raises(DerivationError, match=r"test_engine\.py:\d+: .*no attribute 'no_such_forward'"):
+        declared(runtime="no_such_forward")
+    with pytest.raises(DerivationError, match="runtime="):
+        declared(runtime="inv", torch="adjointgen.runtime.forward:inv")
+    with pytest.raises(DerivationError, match="runtime="):
+        declared(runtime="inv", host="scipy.linalg:inv")
+
+
 def _count(expr, kind):
     return sum(1 for a in sp.preorder_traversal(expr) if isinstance(a, kind))
 

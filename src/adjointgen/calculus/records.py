@@ -66,11 +66,15 @@ class Step:
 @dataclass(frozen=True)
 class ForwardRef:
     """An importable function: ``module`` and ``attr`` (``xp`` set: ``attr`` is a dotted path on the
-    array module of the inputs, NumPy or CuPy)."""
+    array module of the inputs, NumPy or CuPy; ``runtime`` set: the function ``attr`` of each
+    backend's runtime)."""
 
     module: str
     attr: str
     xp: bool = False
+    #: a forward of adjointgen's runtime, declared once by name (``forward(runtime="eigh")``):
+    #: ``module`` is this backend's default, and every backend imports ``attr`` from its own runtime
+    runtime: bool = False
 
     @classmethod
     def parse(cls, value, backend: str, where: str) -> "ForwardRef":

@@ -931,16 +931,16 @@ def _render_files(project: Project, a: Audited):
         sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename), *included]
         text = _render_template(template, header=_header(backend.comment, sources, project), **context)
         if backend.printer:
-            text = _with_imports(text, PRINTERS[backend.printer], template)
+            text = _with_imports(text, PRINTERS[backend.printer], template, op.public)
         files[path] = text
         texts[backend.name] = (path, text)
     return files, texts, skipped
 
 
-def _with_imports(text: str, printer, template) -> str:
+def _with_imports(text: str, printer, template, public) -> str:
     """The rendered module with the imports its code reads (:mod:`adjointgen.codegen.imports`)."""
     try:
-        return resolve_imports(text, printer.imports or {})
+        return resolve_imports(text, {**(printer.imports or {}), **printer.forward_import(public)})
     except UnknownName as exc:
         raise TemplateError(f"{template.filename}: {exc}") from None
     except SyntaxError as exc:

@@ -282,6 +282,9 @@ class ForwardIR:
     attr: str
     xp: bool = False
     host: bool = False
+    #: ``attr`` is a forward of every backend's runtime (``forward(runtime=...)``): each backend
+    #: imports it from its own (:attr:`adjointgen.codegen.printers.ArrayPrinter.forwards`)
+    runtime: bool = False
 
 
 @dataclass(frozen=True)

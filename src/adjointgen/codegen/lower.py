@@ -951,7 +951,7 @@ def _public(d: OperationSpec, api: dict, outputs_sorted, degeneracy: bool = Fals
         return None
 
     def ref(r):
-        return None if r is None else ForwardIR(r.module, r.attr, r.xp, host=spec.host)
+        return None if r is None else ForwardIR(r.module, r.attr, r.xp, host=spec.host, runtime=r.runtime)
 
     def dims_of(sym):
         return tuple(sp.sstr(x) for x in sym.shape)

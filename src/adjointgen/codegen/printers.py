@@ -32,6 +32,19 @@ class ArrayPrinter:
     #: to: ``"package.module:attr"`` or ``"module"``; a generated module imports the ones its code
     #: reads (:mod:`adjointgen.codegen.imports`)
     imports: dict = None
+    #: which declared forward the backend's code calls (``"torch"`` or ``"numpy"``, the fields of
+    #: :class:`~adjointgen.calculus.records.ForwardSpec`), and the module of its runtime's forwards
+    #: (where ``forward(runtime="eigh")`` finds ``eigh``)
+    forward: str = "numpy"
+    forwards: str = ""
+
+    def forward_import(self, public) -> dict:
+        """The import of the operation's forward as ``_forward`` (none for a host forward, bound by
+        the template, nor for ``xp.`` names, looked up on the array module)."""
+        ref = getattr(public, f"{self.forward}_forward", None) if public is not None else None
+        if ref is None or ref.host or ref.xp:
+            return {}
+        return {"_forward": f"{self.forwards if ref.runtime else ref.module}:{ref.attr}"}
 
     @staticmethod
     def _fields(v: Value) -> dict:
@@ -172,6 +185,8 @@ TORCH = ArrayPrinter(
         "_ScalarProgram": "adjointgen.runtime.divided:ScalarProgram",
         "_resolve": "adjointgen.runtime.host:resolve",
     },
+    forward="torch",
+    forwards="adjointgen.runtime.forward",
 )
 
 #: the helpers the array backends' entries and templates call, each under ``_<name>`` (``_part``:
@@ -258,6 +273,7 @@ XP = ArrayPrinter(
     },
     imports=_array_imports("adjointgen.runtime.xp", ("is_cupy", "launch_pairwise_kernel", "assemble", "check_spectrum",
                                                      "launch_matrix_kernel"), _functools="functools"),
+    forwards="adjointgen.runtime.xp",
     complex_table={
         "transpose": "xp.conj(xp.swapaxes({0}, -1, -2))",
         "skew": "0.5 * ({0} - xp.conj(xp.swapaxes({0}, -1, -2)))",
@@ -282,6 +298,7 @@ JAX = ArrayPrinter(
     complex_table={**XP.complex_table, "diag_sym": "xp.real(xp.diagonal({0}, axis1=-2, axis2=-1))"},
     imports=_array_imports("adjointgen.runtime.jax", _functools="functools", _jax="jax", _jnp="jax.numpy",
                            _rt="adjointgen.runtime:jax", _rules="adjointgen.runtime:rules"),
+    forwards="adjointgen.runtime.jax",
 )
 
 PRINTERS = {"torch": TORCH, "xp": XP, "jax": JAX}

@@ -43,7 +43,7 @@ from jax import lax
 from . import gauge
 from .rules import Rules
 from .xp import assemble, cluster_mask, lu_solve, masked_quotient, matrix_part, negligible, quotient, reciprocal
-from .xp import rounding_rtol, shifted_solve, triangular_sylvester_solve, zero_where_negligible
+from .xp import module_linalg, rounding_rtol, shifted_solve, triangular_sylvester_solve, zero_where_negligible
 
 __all__ = [
     "add_diag", "adjoint", "array_module", "assemble", "broadcast_batch", "check_tangent", "errors_in_jit", "cluster_mask",
@@ -293,6 +293,11 @@ def eigh(A):
     w, V = jnp.linalg.eigh(A)
     (V,) = generic_basis(w, V)
     return w, V
+
+
+#: the forwards that are ``jax.numpy.linalg``'s own
+cholesky, det, inv, qr, slogdet, solve = (module_linalg(name, array_module)
+                                          for name in ("cholesky", "det", "inv", "qr", "slogdet", "solve"))
 
 
 def svd(A):

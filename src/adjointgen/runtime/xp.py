@@ -312,6 +312,22 @@ def eigh(A):
     return array_module(A).linalg.eigh(A)
 
 
+def module_linalg(name: str, array_module=array_module):
+    """The forward ``name`` that is the array module's own ``xp.linalg.<name>``, as a function of
+    the runtime (a derivation declares ``forward(runtime="inv")`` and every backend finds ``inv``
+    in its runtime; ``array_module``: how the backend finds the module of its arrays)."""
+
+    def forward(*arrays):
+        return getattr(array_module(*arrays).linalg, name)(*arrays)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = f"``xp.linalg.{name}`` of the arrays' own module."
+    return forward
+
+
+cholesky, det, inv, qr, slogdet, solve = map(module_linalg, ("cholesky", "det", "inv", "qr", "slogdet", "solve"))
+
+
 def svd(A):
     """Thin SVD ``(U, S, Vh)`` of NumPy or CuPy arrays."""
     return array_module(A).linalg.svd(A, full_matrices=False)

@@ -1,6 +1,8 @@
 """The declarations: dimensions, inputs, outputs, the forward, parameters, clusters, scalar functions, instances (a part of :class:`~adjointgen.calculus.derivation.Derivation`)."""
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 import sympy as sp
@@ -12,6 +14,11 @@ from ..algebra import DerivationError
 from ..nodes import DI, DJ, DiagFunction, DiagPart, PairwiseDef, PairwiseMatrix, SameCluster
 from ..records import Check, Extension, ForwardRef, ForwardSpec
 from .checks import _forward_check, _premise
+
+
+#: where the audit finds a ``forward(runtime=...)`` of each declared kind (each backend imports it
+#: from its own runtime: :attr:`adjointgen.codegen.printers.ArrayPrinter.forwards`)
+RUNTIME_FORWARDS = {"torch": "adjointgen.runtime.forward", "numpy": "adjointgen.runtime.xp"}
 
 
 class Declarations:
@@ -146,7 +153,7 @@ class Declarations:
         if name in taken:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: symbol {name!r} is declared twice")
 
-    def forward(self, *, torch=None, numpy=None, host=None, options=None, checked=(), saves=None,
+    def forward(self, *, torch=None, numpy=None, host=None, runtime=None, options=None, checked=(), saves=None,
                 label="the forward computation"):
         """Declare the forward computation: what computes the outputs from the inputs.
 
@@ -167,6 +174,10 @@ class Declarations:
                 (``jax.pure_callback`` under ``jit`` and ``vmap``), in the inputs' precision.  It
                 must accept identity matrices (the output shapes and dtypes are read from such a
                 call where no values exist: an empty batch, meta tensors, JAX tracing).
+            runtime: instead of both, for adjointgen's own catalogue: the name of a forward that
+                every backend's runtime defines (``"eigh"``: ``adjointgen.runtime.forward.eigh``
+                for torch, ``adjointgen.runtime.xp.eigh`` for NumPy/CuPy,
+                ``adjointgen.runtime.jax.eigh`` for JAX), declared once.
             options: keyword options passed to both forwards, ``{name: default}``; they become
                 keyword arguments of the generated public function (``{"atol": None}``).
             checked: input properties the forward verifies itself, raising ``ValueError``, so the
@@ -186,18 +197,33 @@ class Declarations:
         where = f"{self.path}:{line or '?'}"
         refs = {}
         if host is not None:
-            if torch is not None or numpy is not None or saves:
+            if torch is not None or numpy is not None or runtime is not None or saves:
                 raise DerivationError(f"{where}: forward(host=...) is the forward of every backend: no torch=, "
-                                      "numpy= or saves= beside it")
+                                      "numpy=, runtime= or saves= beside it")
             ref = ForwardRef.parse(host, "host", where)
             if ref.xp:
                 raise DerivationError(f"{where}: the host forward {host!r} must be an importable name")
             refs = {"torch": None, "numpy": ref}
+        elif runtime is not None:
+            if torch is not None or numpy is not None:
+                raise DerivationError(f"{where}: forward(runtime=...) names the forward of every backend: no torch= "
+                                      "or numpy= beside it")
+            if not isinstance(runtime, str) or not runtime.isidentifier():
+                raise DerivationError(f"{where}: forward(runtime=...) takes the name of a runtime forward, got {runtime!r}")
+            refs = {backend: ForwardRef(module, runtime, runtime=True) for backend, module in RUNTIME_FORWARDS.items()}
+            for ref in refs.values():
+                try:
+                    ref.resolve()
+                except DerivationError as exc:
+                    raise DerivationError(f"{where}: {exc}") from None
         else:
             for backend, value in (("torch", torch), ("numpy", numpy)):
-                refs[backend] = None if value is None else ForwardRef.parse(value, backend, where)
-        if torch is None and numpy is None and host is None:
-            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both), or host=")
+                ref = None if value is None else ForwardRef.parse(value, backend, where)
+                if ref is not None and ref.module == RUNTIME_FORWARDS[backend]:  # a runtime forward by its module
+                    ref = dataclasses.replace(ref, runtime=True)
+                refs[backend] = ref
+        if torch is None and numpy is None and host is None and runtime is None:
+            raise DerivationError(f"{where}: forward() needs torch= or numpy= (or both), host= or runtime=")
         opts = tuple((k, v) for k, v in (options or {}).items())
         for k, v in opts:
             if not k.isidentifier() or k in {s.name for s in self.inputs}:
