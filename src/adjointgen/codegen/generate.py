@@ -8,7 +8,6 @@ only when its content changes.
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -18,76 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..project import BACKENDS as BACKEND_DIRS
-from ..project import Project, ProjectError, find_project, load_project
-from .imports import MARKER, UnknownName
-from .imports import resolve as resolve_imports
+from ..project import Project, ProjectError, find_project
+from .backends import BACKENDS, PACKAGE_TEMPLATE, Backend  # noqa: F401 (re-exported)
+from .files import (GENERATED_MARKS, KEYS, MANIFEST, RECORD, Plan, _digest, _project, check,  # noqa: F401
+                    manifest_text, plan, read_keys, read_manifest, stale, stale_keys, write)
+from .imports import MARKER
+from .templates import (TemplateError, _environment, _header, _render_template, _source_label,  # noqa: F401
+                        _template, _with_imports)
 
 __all__ = [
     "BACKENDS", "GenerationFailed", "ProjectError", "audit_one", "check", "derivation_names", "find_root",
     "load_derivation", "load_derivation_file", "render", "stale", "write",
 ]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One target, described once: nothing in the generator branches on a backend's name.
-
-    Attributes:
-        name: the name a project's ``backends`` setting uses.
-        template: the operation template (the project's own first, then the built-in one); the
-            templates it includes are found while it renders and become sources of the file.
-        printer: the printer of the rules' value DAG (:data:`adjointgen.codegen.printers.PRINTERS`),
-            ``None`` when the backend prints no rule.
-        comment: line-comment prefix of the header (``None``: an HTML comment).
-        runtime: the helper modules its generated code may import (module prefixes); the
-            numerical guards and algorithms live there, not in the template.
-        package_init: the package ``__init__`` it needs under the output package, if any.
-        kernels: it emits elementwise kernels: only for operations that have an elementwise part,
-            and the other backends' code may launch them.
-        verifier: how :mod:`adjointgen.codegen.verify` runs its generated module against the
-            audited rules (``None``: the text is only compared).
-        libraries: the distributions its verification runs (their versions are in the key of
-            every record: :func:`record_keys`).
-    """
-
-    name: str
-    template: str
-    printer: str | None
-    comment: str | None
-    runtime: tuple[str, ...] = ()
-    package_init: str | None = None
-    kernels: bool = False
-    verifier: str | None = None
-    libraries: tuple[str, ...] = ()
-
-    @property
-    def output(self) -> str:
-        """The file of an operation, relative to the output package, with ``{name}``."""
-        return BACKEND_DIRS[self.name]
-
-    def emits(self, op) -> bool:
-        """Whether the operation has a file of this backend."""
-        return not self.kernels or bool(op.kernel_variants or op.instances)
-
-
-BACKENDS = (
-    Backend("torch", "torch/op.py.j2", "torch", "#", runtime=("adjointgen.runtime",),
-            package_init="torch/__init__.py", verifier="torch", libraries=("torch",)),
-    Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided",
-                                                       "adjointgen.runtime.host"),
-            package_init="cupy/__init__.py", verifier="array"),
-    Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True),
-    Backend("jax", "jax/op.py.j2", "jax", "#", runtime=("adjointgen.runtime.jax", "adjointgen.runtime.rules",
-                                                     "adjointgen.runtime.host"),
-            package_init="jax/__init__.py", verifier="jax", libraries=("jax", "jaxlib")),
-    Backend("report", "report/audit.md.j2", None, None),
-)
-
-PACKAGE_TEMPLATE = "package/__init__.py.j2"
-
-
-def _project(root) -> Project:
-    return root if isinstance(root, Project) else load_project(root)
 
 
 def find_root(start=None) -> Path:
@@ -202,143 +143,6 @@ def helper_modules(path: Path) -> list[Path]:
     return [path.parent / f"{name}.py" for name in sorted(set(names)) if (path.parent / f"{name}.py").is_file()]
 
 
-# ------------------------------------------------------------------------------------- templates
-class TemplateError(ProjectError):
-    """A template is missing, malformed, or refers to something the generator does not provide."""
-
-
-def _recording_loader_class():
-    import jinja2
-
-    class RecordingLoader(jinja2.ChoiceLoader):
-        """The project's template folders, then the built-in ones; ``loaded`` lists the names of
-        the templates loaded (the includes of a render: sources of the file it renders)."""
-
-        def __init__(self, loaders):
-            super().__init__(loaders)
-            self.loaded: list[str] = []
-
-        def load(self, environment, name, globals=None):
-            if name not in self.loaded:
-                self.loaded.append(name)
-            return super().load(environment, name, globals)
-
-    return RecordingLoader
-
-
-def _RecordingLoader(loaders):
-    return _recording_loader_class()(loaders)
-
-
-def _environment(project: Project):
-    import jinja2
-
-    from .printers import scalar_c, scalar_python
-
-    env = jinja2.Environment(
-        loader=_RecordingLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
-        cache_size=0,  # every include is loaded, and so recorded, each time it renders
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["pyscalar"] = scalar_python
-    env.filters["cscalar"] = scalar_c
-    env.filters["at"] = lambda seq, i: seq[i]
-    env.filters["keyword"] = lambda name: f"{name}={name}"
-    env.filters["mdcell"] = lambda x: ("`" + str(x).replace("|", "\\|") + "`") if x is not None else ""
-    env.filters["verdict_cell"] = lambda v: str(v).replace("|", "\\|")
-    env.filters.update(_SPECTRAL_FILTERS)
-    return env
-
-
-def _program_source(program) -> str:
-    """A scalar program as a Python literal (its ``to_data()``), deterministic and readable."""
-    import pprint
-
-    text = pprint.pformat(program.to_data(), width=110, sort_dicts=False, compact=True)
-    return "\n    ".join(text.splitlines())
-
-
-def _xreplace(expr, var, name):
-    import sympy as sp
-
-    return expr.xreplace({var: sp.Symbol(name, real=True)})
-
-
-_SPECTRAL_FILTERS = {
-    "prepend": lambda s, prefix: prefix + s,
-    "pytuple": lambda xs: "(" + "".join(f"{x!r}, " for x in xs) + ")",
-    "pyprogram": _program_source,
-    "cuda_dd": lambda inst: __import__("adjointgen.codegen.printers", fromlist=["x"]).program_cuda_dd(
-        inst.program, inst.name, inst.option_names),
-    "of_matrix": lambda inst, name: __import__("sympy").sstr(_xreplace(inst.expr, inst.variable, name)),
-}
-
-
-def _template(env, project: Project, name: str):
-    """The template ``name`` (the project's own first), with errors that say where it looked."""
-    import jinja2
-
-    try:
-        return env.get_template(name)
-    except jinja2.TemplateNotFound:
-        where = ", ".join(str(d) for d in project.template_dirs)
-        raise TemplateError(f"template {name!r} not found; looked in: {where}") from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from None
-
-
-def _render_template(template, **context) -> str:
-    import jinja2
-
-    try:
-        return template.render(**context)
-    except jinja2.UndefinedError as exc:
-        raise TemplateError(f"{template.filename}: {exc} (the generator provides: "
-                            f"{', '.join(sorted(context))})") from None
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"{template.filename}: {type(exc).__name__}: {exc}") from None
-
-
-def _source_label(project: Project, path: Path) -> str:
-    """How a header names a source: relative to the project (or by the project's aliases), or
-    ``adjointgen/templates/...`` for the built-in templates of an installed adjointgen."""
-    path = Path(path).resolve()
-    if project.aliases:
-        return project.label(path)
-    try:
-        return path.relative_to(project.root).as_posix()
-    except ValueError:
-        from ..project import builtin_templates
-
-        try:
-            return "adjointgen/templates/" + path.relative_to(builtin_templates().resolve()).as_posix()
-        except ValueError:
-            return path.as_posix()
-
-
-def _header(comment: str | None, sources: list[Path], project: Project) -> str:
-    digest = hashlib.sha256()
-    labels = []
-    for s in sources:
-        label = _source_label(project, s)
-        labels.append(label)
-        digest.update(label.encode())
-        digest.update(Path(s).read_bytes())
-    text = [
-        "generated by adjointgen — do not edit.",
-        f"sources: {', '.join(labels)}",
-        f"sha256 of sources: {digest.hexdigest()}",
-        "edit the sources and run `adjointgen generate`.",
-    ]
-    if comment is None:
-        return "<!-- " + " ".join(text) + " -->"
-    return "\n".join(f"{comment} {t}" for t in text)
-
-
 # ------------------------------------------------------------------------------------- audit
 @dataclass
 class Audited:
@@ -350,11 +154,6 @@ class Audited:
 
 
 #: where a generation records the audit of each derivation, in the output package: its verdicts,
-#: the files it produced and the keys of everything they depend on
-RECORD = "audit/{name}.json"
-#: the keys of every record (one file, so that a change of the engine, the runtime or the templates
-#: changes no record: a cache index, written by ``generate`` and not compared by ``--check``)
-KEYS = "audit/keys.json"
 KEYS_ABOUT = ("the keys under which `adjointgen generate` recorded each derivation's audit (audit/<name>.json): "
               "sha256 of everything the verdicts and the generated files depend on; a record is reused while its "
               "keys match, and `generate` refreshes this file (`generate --check` does not compare it)")
@@ -499,16 +298,6 @@ def _read_record(project: Project, name: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("steps"), list) else None
-
-
-def read_keys(project: Project) -> dict:
-    """``{name: {"key": ..., "audit_key": ...}}`` of the records (empty when there are none)."""
-    try:
-        data = json.loads((project.output / KEYS).read_text())
-    except (OSError, ValueError):
-        return {}
-    keys = data.get("keys") if isinstance(data, dict) else None
-    return keys if isinstance(keys, dict) else {}
 
 
 def keys_text(keys: dict) -> str:
@@ -937,16 +726,6 @@ def _render_files(project: Project, a: Audited):
     return files, texts, skipped
 
 
-def _with_imports(text: str, printer, template, public) -> str:
-    """The rendered module with the imports its code reads (:mod:`adjointgen.codegen.imports`)."""
-    try:
-        return resolve_imports(text, {**(printer.imports or {}), **printer.forward_import(public)})
-    except UnknownName as exc:
-        raise TemplateError(f"{template.filename}: {exc}") from None
-    except SyntaxError as exc:
-        raise TemplateError(f"{template.filename}: the rendered module is not Python: {exc}") from None
-
-
 @dataclass(frozen=True)
 class _StepRow:
     index: int
@@ -957,158 +736,3 @@ class _StepRow:
     symbolic: str
 
 
-# ------------------------------------------------------------------------------------- files
-#: the generator's record of what it wrote, in the output package: {relative path: sha256}
-MANIFEST = ".adjointgen-manifest.json"
-#: what every generated text file says at its top (the JSON symbolic records: their "about")
-GENERATED_MARKS = ("generated by adjointgen — do not edit", '"about": "symbolic verdicts of the audit',
-                   '"about": "the audit of these sources', '"about": "the keys under which')
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def read_manifest(project: Project) -> dict[str, str] | None:
-    """The manifest of the last generation (``None`` before the first one that kept one)."""
-    path = project.output / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        return {str(k): str(v) for k, v in data.get("files", {}).items()}
-    except (ValueError, AttributeError):
-        return None
-
-
-def manifest_text(project: Project, files: dict[Path, str], keep: dict[str, str] | None = None) -> str:
-    """The manifest of ``files`` (plus entries ``keep`` of files not re-rendered), deterministic."""
-    entries = dict(keep or {})
-    for path, text in files.items():
-        entries[path.relative_to(project.output).as_posix()] = _digest(text)
-    entries.pop(MANIFEST, None)
-    entries.pop(KEYS, None)  # a cache index: rewritten whenever a key changes, never "edited by hand"
-    return json.dumps({"about": "files written by adjointgen generate, with their sha256: only these are ever "
-                                "removed by it, and only while unchanged", "files": dict(sorted(entries.items()))},
-                      indent=1, ensure_ascii=False) + "\n"
-
-
-def _looks_generated(path: Path) -> bool:
-    try:
-        head = path.read_text(errors="replace")[:400]
-    except OSError:
-        return False
-    return any(mark in head for mark in GENERATED_MARKS)
-
-
-@dataclass
-class Plan:
-    """What a generation will do to the output package, decided before anything is written."""
-
-    remove: list[Path]
-    #: generated files changed by hand since they were written (not removed, not overwritten)
-    edited: list[Path]
-    #: files in the way that adjointgen did not write
-    foreign: list[Path]
-
-    def problems(self, project: Project) -> list[str]:
-        out = [f"{project.relative(p)}: changed since adjointgen generated it (move the change into the derivation "
-               "or a template, then delete the file or use --force)" for p in self.edited]
-        out += [f"{project.relative(p)}: exists and was not written by adjointgen: not overwritten (move it, or "
-                "choose another output folder)" for p in self.foreign]
-        return out
-
-
-def plan(files: dict[Path, str], root, *, full: bool = True, force: bool = False) -> Plan:
-    """The files to remove (generated earlier, no longer produced, unchanged since), and the files
-    that block the generation: hand-edited generated files, and files adjointgen did not write
-    where it would write.  A generated file is one listed in the manifest (unchanged: its hash)
-    or, before the first manifest, one that carries the generator's header."""
-    project = _project(root)
-    old = read_manifest(project)
-    remove, edited, foreign = [], [], []
-    for path, text in sorted(files.items()):
-        if not path.is_file() or path.name == MANIFEST:
-            continue
-        current = path.read_text(errors="replace")
-        if current == text:
-            continue
-        rel = path.relative_to(project.output).as_posix()
-        if old is not None and rel in old:
-            if _digest(current) != old[rel] and not force:
-                edited.append(path)
-        elif not _looks_generated(path):
-            foreign.append(path)
-    if full:
-        produced = {p.relative_to(project.output).as_posix() for p in files}
-        if old is not None:
-            candidates = [project.output / rel for rel in sorted(old) if rel not in produced]
-        else:  # the first generation with a manifest: the generator's files by their header
-            candidates = []
-            for pattern in (*BACKEND_DIRS.values(), RECORD, "audit/{name}.symbolic.json"):
-                folder, _, name = pattern.partition("/")
-                candidates += [q for q in sorted((project.output / folder).glob(name.format(name="*")))
-                               if q.relative_to(project.output).as_posix() not in produced]
-        for q in candidates:
-            if not q.is_file():
-                continue
-            rel = q.relative_to(project.output).as_posix()
-            if old is not None:
-                if _digest(q.read_text(errors="replace")) == old[rel] or force:
-                    remove.append(q)
-                else:
-                    edited.append(q)
-            elif _looks_generated(q):
-                remove.append(q)
-    return Plan(remove, edited, foreign)
-
-
-def stale(files: dict[Path, str], root) -> list[Path]:
-    """Generated files of the output package that a full generation no longer produces (a removed
-    derivation's, a backend switched off), unchanged since they were written (:func:`plan`)."""
-    return plan(files, root).remove
-
-
-def write(files: dict[Path, str], remove: list[Path] = ()) -> list[Path]:
-    """Write files whose content changed and remove ``remove``; returns the paths changed.  Every
-    text is written to a temporary file first and moved into place, so an interrupted generation
-    leaves whole files."""
-    written = []
-    for path in remove:
-        path.unlink()
-        written.append(path)
-    for path, text in sorted(files.items()):
-        if path.is_file() and path.read_text() == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-        written.append(path)
-    return written
-
-
-def check(files: dict[Path, str], root, remove: list[Path] = ()) -> str:
-    """Unified diff between the output package and freshly rendered files ('' when in sync)."""
-    project = _project(root)
-    out = []
-    for path in remove:
-        rel = project.relative(path)
-        out.extend(difflib.unified_diff(path.read_text().splitlines(True), [], f"a/{rel}", "/dev/null"))
-    for path, text in sorted(files.items()):
-        if path == project.output / KEYS:
-            continue  # the cache index: stale keys only cost time (see stale_keys)
-        old = path.read_text() if path.is_file() else ""
-        if old != text:
-            rel = project.relative(path)
-            out.extend(difflib.unified_diff(old.splitlines(True), text.splitlines(True), f"a/{rel}", f"b/{rel}"))
-    return "".join(out)
-
-
-def stale_keys(files: dict[Path, str], root) -> list[str]:
-    """The derivations whose recorded keys differ from their sources' (``generate`` recomputes them
-    and refreshes ``audit/keys.json``)."""
-    project = _project(root)
-    new = json.loads(files.get(project.output / KEYS, "{}") or "{}").get("keys", {})
-    old = read_keys(project)
-    return sorted(name for name in new if old.get(name) != new[name])

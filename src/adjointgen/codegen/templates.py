@@ -1,0 +1,157 @@
+"""Rendering: the Jinja2 environment of a project's template folders, its filters, the headers of
+generated files, and the imports computed from the rendered code."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..project import Project, ProjectError
+from .imports import UnknownName
+from .imports import resolve as resolve_imports
+
+
+
+class TemplateError(ProjectError):
+    """A template is missing, malformed, or refers to something the generator does not provide."""
+
+
+def _recording_loader_class():
+    import jinja2
+
+    class RecordingLoader(jinja2.ChoiceLoader):
+        """The project's template folders, then the built-in ones; ``loaded`` lists the names of
+        the templates loaded (the includes of a render: sources of the file it renders)."""
+
+        def __init__(self, loaders):
+            super().__init__(loaders)
+            self.loaded: list[str] = []
+
+        def load(self, environment, name, globals=None):
+            if name not in self.loaded:
+                self.loaded.append(name)
+            return super().load(environment, name, globals)
+
+    return RecordingLoader
+
+
+def _RecordingLoader(loaders):
+    return _recording_loader_class()(loaders)
+
+
+def _environment(project: Project):
+    import jinja2
+
+    from .printers import scalar_c, scalar_python
+
+    env = jinja2.Environment(
+        loader=_RecordingLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
+        cache_size=0,  # every include is loaded, and so recorded, each time it renders
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["pyscalar"] = scalar_python
+    env.filters["cscalar"] = scalar_c
+    env.filters["at"] = lambda seq, i: seq[i]
+    env.filters["keyword"] = lambda name: f"{name}={name}"
+    env.filters["mdcell"] = lambda x: ("`" + str(x).replace("|", "\\|") + "`") if x is not None else ""
+    env.filters["verdict_cell"] = lambda v: str(v).replace("|", "\\|")
+    env.filters.update(_SPECTRAL_FILTERS)
+    return env
+
+
+def _program_source(program) -> str:
+    """A scalar program as a Python literal (its ``to_data()``), deterministic and readable."""
+    import pprint
+
+    text = pprint.pformat(program.to_data(), width=110, sort_dicts=False, compact=True)
+    return "\n    ".join(text.splitlines())
+
+
+def _xreplace(expr, var, name):
+    import sympy as sp
+
+    return expr.xreplace({var: sp.Symbol(name, real=True)})
+
+
+_SPECTRAL_FILTERS = {
+    "prepend": lambda s, prefix: prefix + s,
+    "pytuple": lambda xs: "(" + "".join(f"{x!r}, " for x in xs) + ")",
+    "pyprogram": _program_source,
+    "cuda_dd": lambda inst: __import__("adjointgen.codegen.printers", fromlist=["x"]).program_cuda_dd(
+        inst.program, inst.name, inst.option_names),
+    "of_matrix": lambda inst, name: __import__("sympy").sstr(_xreplace(inst.expr, inst.variable, name)),
+}
+
+
+def _template(env, project: Project, name: str):
+    """The template ``name`` (the project's own first), with errors that say where it looked."""
+    import jinja2
+
+    try:
+        return env.get_template(name)
+    except jinja2.TemplateNotFound:
+        where = ", ".join(str(d) for d in project.template_dirs)
+        raise TemplateError(f"template {name!r} not found; looked in: {where}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from None
+
+
+def _render_template(template, **context) -> str:
+    import jinja2
+
+    try:
+        return template.render(**context)
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"{template.filename}: {exc} (the generator provides: "
+                            f"{', '.join(sorted(context))})") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"{template.filename}: {type(exc).__name__}: {exc}") from None
+
+
+def _source_label(project: Project, path: Path) -> str:
+    """How a header names a source: relative to the project (or by the project's aliases), or
+    ``adjointgen/templates/...`` for the built-in templates of an installed adjointgen."""
+    path = Path(path).resolve()
+    if project.aliases:
+        return project.label(path)
+    try:
+        return path.relative_to(project.root).as_posix()
+    except ValueError:
+        from ..project import builtin_templates
+
+        try:
+            return "adjointgen/templates/" + path.relative_to(builtin_templates().resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+
+def _header(comment: str | None, sources: list[Path], project: Project) -> str:
+    digest = hashlib.sha256()
+    labels = []
+    for s in sources:
+        label = _source_label(project, s)
+        labels.append(label)
+        digest.update(label.encode())
+        digest.update(Path(s).read_bytes())
+    text = [
+        "generated by adjointgen — do not edit.",
+        f"sources: {', '.join(labels)}",
+        f"sha256 of sources: {digest.hexdigest()}",
+        "edit the sources and run `adjointgen generate`.",
+    ]
+    if comment is None:
+        return "<!-- " + " ".join(text) + " -->"
+    return "\n".join(f"{comment} {t}" for t in text)
+
+
+def _with_imports(text: str, printer, template, public) -> str:
+    """The rendered module with the imports its code reads (:mod:`adjointgen.codegen.imports`)."""
+    try:
+        return resolve_imports(text, {**(printer.imports or {}), **printer.forward_import(public)})
+    except UnknownName as exc:
+        raise TemplateError(f"{template.filename}: {exc}") from None
+    except SyntaxError as exc:
+        raise TemplateError(f"{template.filename}: the rendered module is not Python: {exc}") from None
