@@ -383,7 +383,7 @@ def test_the_autograd_functions_dispatch_in_the_runtime_not_in_the_template():
     goes to: decided once, in adjointgen.runtime.dispatch, from the rules the template lays out as
     data; the generated backward and jvp hand it their names."""
     template = "".join(p.read_text() for p in sorted((ROOT / "templates" / "torch").rglob("*.j2")))
-    for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "has_clusters("):
+    for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "_completion.complete(", "has_clusters("):
         assert decision not in template, decision
     import adjointgen.generated.torch.eigh as eigh
     import adjointgen.generated.torch.solve as solve

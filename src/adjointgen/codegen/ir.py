@@ -77,7 +77,7 @@ class ResidualIR:
     split: str | None = None
     what: str = "eigenvalues"
     #: the vectors (their cotangents are ``g`` + name) whose spectral losses are completed at
-    #: clusters (:func:`adjointgen.runtime.degeneracy.complete`); empty: none
+    #: clusters (:func:`adjointgen.runtime.completion.complete`); empty: none
     completes: tuple[str, ...] = ()
     #: the gauge function computing this residual alone (a backward without clusters checks the
     #: phases with it next to the plain VJP); ``None``: only the checked VJP has it

@@ -44,6 +44,7 @@ import torch
 from ..generated.torch import eigsh as rules
 from ..generated.torch import eigsh_generalized as rules_generalized
 from ..runtime import checks as _checks
+from ..runtime import completion as _completion
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
 from ..runtime import value_blocks as _value_blocks
@@ -245,12 +246,12 @@ def _rules_backward(ctx, spec, module, generalized, args, opA, opB, A, B, params
 
 def _cluster_checks(generalized, w, V, gw, gV):
     """Clusters of equal eigenvalues inside the kept set: a loss through ``V f(w) V^H`` completed
-    (:func:`adjointgen.runtime.degeneracy.complete`), then the derived cluster residual checked: a
+    (:func:`adjointgen.runtime.completion.complete`), then the derived cluster residual checked: a
     loss that depends on the basis inside a cluster, or on its individual eigenvalues, raises."""
     if not _gauge.enabled() or not _degeneracy.has_clusters(w):
         return V, gw, gV
     name = "eigsh_generalized" if generalized else "eigsh"
-    V, gw, gV = _degeneracy.complete("eigsh", w, (V,), gw, (gV,))
+    V, gw, gV = _completion.complete("eigsh", w, (V,), gw, (gV,))
     module = rules_generalized if generalized else rules
     residual = getattr(module, f"{name}_gauge_clusters{'_complex' if V.is_complex() else ''}")(w, V, gV)
     # (the split of the values is checked where complete() did not re-express the loss: deferred checks)

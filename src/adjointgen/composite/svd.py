@@ -7,6 +7,7 @@ import torch
 
 from ..generated.torch import svd as thin
 from ..generated.torch import svd_complement as complement
+from ..runtime import completion as _completion
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
 from ..runtime import value_blocks as _value_blocks
@@ -18,7 +19,7 @@ from ..runtime.verdict import deferred
 def _tall_vjp(U, S, V, U2, gU, gS, gV, gU2, rtol=None, A=None):
     check = _gauge.enabled()
     if check:
-        U, V, gS, gU, gV = _degeneracy.complete("svd", S, (U, V), gS, (gU, gV), rtol, what="singular values")
+        U, V, gS, gU, gV = _completion.complete("svd", S, (U, V), gS, (gU, gV), rtol, what="singular values")
     if not (check and A is not None and _degeneracy.has_clusters(S, rtol)):
         return _tall_rules(U, S, V, U2, gU, gS, gV, gU2, rtol, check)
     # a second derivative at a cluster moves the singular values as a block (runtime.value_blocks)

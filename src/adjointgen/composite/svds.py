@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..generated.torch import svds as rules
+from ..runtime import completion as _completion
 from ..runtime import degeneracy as _degeneracy
 from ..runtime import gauge as _gauge
 from ..runtime import linalg as _linalg
@@ -159,7 +160,7 @@ def _backward(ctx, A, U, S, V, gU, gS, gV):
     """``gA`` of one problem: the cluster checks (a loss through ``U f(S) V^H`` completed), then the
     derived rule."""
     if _gauge.enabled() and _degeneracy.has_clusters(S):
-        U, V, gS, gU, gV = _degeneracy.complete("svds", S, (U, V), gS, (gU, gV), what="singular values")
+        U, V, gS, gU, gV = _completion.complete("svds", S, (U, V), gS, (gU, gV), what="singular values")
         residual = rules.svds_gauge_clusters(U, S, V, gU, gV)
         split = None if _degeneracy.completing(S) else gS  # (not re-expressed: deferred checks)
         _degeneracy.check("svds", residual, _degeneracy.cluster_mask(S), split, gU, gV, what="singular values",

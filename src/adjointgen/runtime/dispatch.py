@@ -10,7 +10,7 @@ functions. The rules are the VJP and JVP for real data and for complex data, the
 - checked or not: a complex VJP is checked whenever the checks are on (the phases are always a
   gauge); a real one only where its values have a cluster, and not under a broadening;
 - at a cluster, a loss through ``V f(D) V^H`` is completed first
-  (:func:`adjointgen.runtime.degeneracy.complete`);
+  (:func:`adjointgen.runtime.completion.complete`);
 - the check each residual goes to: :func:`adjointgen.runtime.degeneracy.check` for a residual
   supported on clusters, :func:`adjointgen.runtime.gauge.check` for any other (the phases).
 
@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from . import checks, degeneracy, gauge, value_blocks
+from . import checks, completion, degeneracy, gauge, value_blocks
 from .function import nested_forward as _nested_forward
 from .rules import Call, Residual, Rules, ValueBlock, Variant
 from .verdict import deferred
@@ -211,7 +211,7 @@ def _checked(rules: Rules, env: dict, call: Call, residuals: tuple[Residual, ...
     for r in residuals:
         if r.completes and degeneracy.completing(env[r.vector]):
             gs = ["g" + name for name in r.completes]
-            out = degeneracy.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
+            out = completion.complete(rules.op, env[r.vector], tuple(env[n] for n in r.completes), env[r.split],
                                       tuple(env[g] for g in gs), rtol, broadening, what=r.what)
             env.update(zip((*r.completes, r.split, *gs), out))
     second = _second_order(rules, env, residuals, rtol) if broadening is None else None

@@ -337,7 +337,7 @@ class Declarations:
         ``completes=U`` (the orthonormal output whose columns pair with ``D``; ``(U, V)`` for the
         two sides of an SVD): a loss through ``U f(D) U^H`` (``U f(S) V^H``; any smooth function of
         it) has a gradient at a cluster although its cotangents of ``D`` differ there; the generated
-        backward recovers it from the cotangents (:func:`adjointgen.runtime.degeneracy.complete`)
+        backward recovers it from the cotangents (:func:`adjointgen.runtime.completion.complete`)
         instead of refusing the loss."""
         if D.name not in self.structure.diagonal:
             raise DerivationError(f"{self.path}:{self._line() or '?'}: clusters() needs a diagonal symbol, not {D}")
