@@ -217,6 +217,19 @@ def test_the_builder_is_split_by_step_family():
         assert len(path.read_text().splitlines()) <= LINE_BUDGET, path.name
 
 
+#: files still over the budget, each at most as long as it is now (a split is due: lower.py by
+#: what it lowers, nodes.py by node family, xp.py's host Schur solvers)
+OVER_BUDGET = {"codegen/lower.py": 1010, "calculus/nodes.py": 991, "runtime/xp.py": 832}
+
+
+def test_source_files_keep_to_the_line_budget():
+    lengths = {p.relative_to(ROOT / "src" / "adjointgen").as_posix(): len(p.read_text().splitlines())
+               for p in (ROOT / "src" / "adjointgen").rglob("*.py")}
+    over = {name: n for name, n in lengths.items() if n > OVER_BUDGET.get(name, LINE_BUDGET)}
+    assert not over, f"over {LINE_BUDGET} lines (split the module by what it does): {over}"
+    assert all(lengths.get(name, 0) > LINE_BUDGET for name in OVER_BUDGET), "a file is within the budget now: drop it"
+
+
 def test_the_spec_is_typed_with_the_records():
     """Every field of the frozen spec has a type: the records of ``calculus/records.py``, not
     ``object`` (the builder and its records are separate modules)."""

@@ -7,28 +7,25 @@ float64, on CPU and CUDA, and is differentiable in reverse and forward mode (``t
 """
 from __future__ import annotations
 
-import warnings
 
 import torch
 
-from .generated.torch import cholesky as _cholesky
-from .generated.torch import det as _det
-from .generated.torch import eigh as _eigh
-from .generated.torch import eigh_generalized as _eigh_generalized
-from .generated.torch import funm as _funm
-from .generated.torch import inv as _inv
-from .generated.torch import lstsq as _lstsq
-from .generated.torch import qr as _qr
-from .generated.torch import slogdet as _slogdet
-from .generated.torch import solve as _solve
-from .generated.torch import solve_triangular as _solve_triangular
-from .generated.torch import svd as _svd
-from .generated.torch.pinv import PinvFunction
-from .runtime import checks
-from .runtime import function as _function
-from .runtime import routes as _routes
-from .runtime import spectral as _spectral
-from .runtime.verdict import checking, raise_deferred  # noqa: F401  (the check mode: eager or deferred)
+from ..generated.torch import cholesky as _cholesky
+from ..generated.torch import det as _det
+from ..generated.torch import eigh as _eigh
+from ..generated.torch import eigh_generalized as _eigh_generalized
+from ..generated.torch import inv as _inv
+from ..generated.torch import lstsq as _lstsq
+from ..generated.torch import qr as _qr
+from ..generated.torch import slogdet as _slogdet
+from ..generated.torch import solve as _solve
+from ..generated.torch import solve_triangular as _solve_triangular
+from ..generated.torch import svd as _svd
+from ..generated.torch.pinv import PinvFunction
+from ..runtime import checks
+from ..runtime import function as _function
+from ..runtime import routes as _routes
+from ..runtime.verdict import checking, raise_deferred  # noqa: F401  (the check mode: eager or deferred)
 
 __all__ = ["cholesky", "det", "eig", "eigvals", "eigh", "eigsh", "expm", "funm", "inv", "logdet", "logm", "lstsq", "lu", "matrix_exp", "lu_factor", "lu_solve", "pinv", "powm", "qr", "slogdet", "solve",
            "solve_triangular", "sqrtm", "svd", "svds", "eigvalsh", "svdvals", "cholesky_ex", "inv_ex", "lu_factor_ex",
@@ -195,7 +192,7 @@ def lu(A: torch.Tensor, *, pivot: bool = True):
             the rules take ``P = I``); :class:`adjointgen.SingularMatrixError` (also a ``torch.linalg.LinAlgError``) in a
             derivative when ``U`` has a zero pivot (a rank-deficient ``A``: the rules divide by it).
     """
-    from .composite.lu import LuFunction, LuFunctionCompiled
+    from ..composite.lu import LuFunction, LuFunctionCompiled
 
     checks.matrix_input(A, "A", complex_ok=True)
     m, n = A.shape[-2:]
@@ -209,7 +206,7 @@ def lu_factor(A: torch.Tensor, *, pivot: bool = True):
     ``(LU, pivots)``, ``LU`` of shape ``(..., m, n)`` holding ``L``'s strictly lower part and ``U``,
     ``pivots`` (int32, not differentiable) LAPACK's row interchanges.  Differentiable in ``A`` by the
     rules of :func:`lu`; the same errors.  :func:`lu_solve` takes the result."""
-    from .composite.lu import LuFunction, LuFunctionCompiled, check_pivots, packed
+    from ..composite.lu import LuFunction, LuFunctionCompiled, check_pivots, packed
 
     checks.matrix_input(A, "A", complex_ok=True)
     _, L, U, pivots = _function.apply(LuFunction, A, bool(pivot), compiled=LuFunctionCompiled)
@@ -229,7 +226,7 @@ def lu_solve(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: b
         ValueError (a ``RuntimeError`` too, as torch's): shapes or dtypes torch rejects;
             :class:`adjointgen.SingularMatrixError` for a zero pivot.
     """
-    from .composite.lu import unpacked
+    from ..composite.lu import unpacked
 
     checks.like_torch(torch.linalg.lu_solve, LU, pivots, B, left=left, adjoint=adjoint)
     checks.matrix_input(LU, "LU", square=True, complex_ok=True)
@@ -279,7 +276,7 @@ def qr(A: torch.Tensor, mode: str = "reduced"):
         return A.new_empty(0), R
     if mode == "complete" and m > n:
         _routes.taken("qr", "complete")
-        from .runtime.factorizations import complete_q
+        from ..runtime.factorizations import complete_q
 
         Q = complete_q(A, Q)
         R = torch.cat([R, R.new_zeros(*R.shape[:-2], m - n, n)], dim=-2)  # (m, n), as LAPACK's
@@ -382,7 +379,7 @@ def eig(A: torch.Tensor, *, left: bool = False, cluster_rtol: float | None = Non
     Raises:
         ValueError: not a square floating matrix, NaN/Inf.
     """
-    from .generated.torch.eig import eig as general
+    from ..generated.torch.eig import eig as general
 
     w, V = general(A, cluster_rtol=cluster_rtol, broadening=broadening)
     if not left:
@@ -454,101 +451,6 @@ def svdvals(A: torch.Tensor, *, cluster_rtol: float | None = None) -> torch.Tens
     return torch.linalg.svdvals(A)
 
 
-def cholesky_ex(A: torch.Tensor, *, upper: bool = False, check_errors: bool = False):
-    """``(L, info)`` as :func:`torch.linalg.cholesky_ex`: ``info`` (int32, batch-shaped) is 0 where
-    ``A`` is positive definite and the order of the first leading minor that is not otherwise.
-    Where every matrix is positive definite ``L`` is :func:`cholesky`'s, with its derived rule;
-    where one is not, ``check_errors=True`` raises :class:`adjointgen.NotPositiveDefiniteError`,
-    and otherwise the result is torch's own, whose ``L`` (and gradient) are meaningful only where
-    ``info == 0``, as in torch.
-
-    Raises:
-        ValueError: not a square floating matrix, NaN/Inf, not symmetric.
-    """
-    from .runtime.checks import NotPositiveDefiniteError
-
-    try:
-        L = cholesky(A, upper=upper)
-    except NotPositiveDefiniteError:
-        if check_errors:
-            raise
-        _routes.taken("cholesky_ex", "torch")
-        return torch.linalg.cholesky_ex(A, upper=upper)
-    _routes.taken("cholesky_ex", "derived")
-    return torch.return_types.linalg_cholesky_ex((L, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
-
-
-def inv_ex(A: torch.Tensor, *, check_errors: bool = False):
-    """``(inverse, info)`` as :func:`torch.linalg.inv_ex`: ``info`` (int32, batch-shaped) is 0 where
-    ``A`` is invertible and the index of the first zero pivot of its LU factorization otherwise.
-    Where every matrix is invertible the inverse is :func:`inv`'s, with its derived rule; where one
-    is not, ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the
-    result is torch's own (meaningful only where ``info == 0``, as in torch).
-
-    Raises:
-        ValueError: not a square floating matrix, NaN/Inf.
-    """
-    from .runtime.checks import SingularMatrixError
-
-    try:
-        X = inv(A)
-    except SingularMatrixError:
-        if check_errors:
-            raise
-        _routes.taken("inv_ex", "torch")
-        return torch.linalg.inv_ex(A)
-    _routes.taken("inv_ex", "derived")
-    return torch.return_types.linalg_inv_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
-
-
-def solve_ex(A: torch.Tensor, B: torch.Tensor, *, left: bool = True, check_errors: bool = False):
-    """``(result, info)`` as :func:`torch.linalg.solve_ex`: ``info`` (int32, batch-shaped) is 0 where
-    ``A`` is invertible and the index of the first zero pivot of its LU factorization otherwise.
-    Where every ``A`` is invertible the result is :func:`solve`'s, with its derived rule; where one is
-    not, ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the result
-    is torch's own (meaningful only where ``info == 0``, as in torch).
-
-    Raises:
-        ValueError: as :func:`solve` (shapes, NaN/Inf, dtypes).
-    """
-    from .runtime.checks import SingularMatrixError
-
-    try:
-        X = solve(A, B, left=left)
-    except SingularMatrixError:
-        if check_errors:
-            raise
-        _routes.taken("solve_ex", "torch")
-        return torch.linalg.solve_ex(A, B, left=left)
-    _routes.taken("solve_ex", "derived")
-    # torch's info has A's batch shape (one LU per A), also where B broadcasts it
-    return torch.return_types.linalg_solve_ex((X, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)))
-
-
-def lu_factor_ex(A: torch.Tensor, *, pivot: bool = True, check_errors: bool = False):
-    """``(LU, pivots, info)`` as :func:`torch.linalg.lu_factor_ex`: ``info`` (int32, batch-shaped) is 0
-    where ``U`` has no zero pivot and the index of the first one otherwise.  Where no ``U`` has one
-    the factors are :func:`lu_factor`'s, with the derived rules of :func:`lu`; where one has,
-    ``check_errors=True`` raises :class:`adjointgen.SingularMatrixError`, and otherwise the result is
-    torch's own (the factorization exists, but a derivative through ``U^-1`` does not).
-
-    Raises:
-        ValueError: as :func:`lu_factor` (not floating, NaN/Inf).
-    """
-    from .runtime.checks import SingularMatrixError
-
-    try:
-        LU, pivots = lu_factor(A, pivot=pivot)
-    except SingularMatrixError:
-        if check_errors:
-            raise
-        _routes.taken("lu_factor_ex", "torch")
-        return torch.linalg.lu_factor_ex(A, pivot=pivot)
-    _routes.taken("lu_factor_ex", "derived")
-    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
-    return torch.return_types.linalg_lu_factor_ex((LU, pivots, info))
-
-
 #: the rest of ``torch.linalg``, as torch has them, so that ``adjointgen.torch`` stands in for the
 #: whole namespace: none differentiates through a decomposition whose derivative divides by a gap
 #: (the spectral norms and ``cond`` use singular values alone, whose derivative ``U diag(g) V^H``
@@ -602,7 +504,7 @@ def eigsh(A, k: int, B=None, *, largest: bool = True, tol: float | None = None, 
         UserWarning: the gap between the last kept and the first discarded eigenvalue is tiny, so
             the eigenvectors and their gradient are ill-defined.
     """
-    from .composite.eigsh import eigsh as _eigsh
+    from ..composite.eigsh import eigsh as _eigsh
 
     if isinstance(A, torch.Tensor) and A.layout == torch.strided:
         checks.symmetric_matrix(A, "A", complex_ok=True)
@@ -754,7 +656,7 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
     if full_matrices and isinstance(A, torch.Tensor) and A.dim() >= 2 and A.shape[-1] != A.shape[-2]:
         _routes.taken("svd", "full")
         checks.matrix_input(A, "A", complex_ok=True)
-        from .composite.svd import SvdFullFunction, SvdFullFunctionCompiled
+        from ..composite.svd import SvdFullFunction, SvdFullFunctionCompiled
 
         U, S, Vh = _function.apply(SvdFullFunction, A, compiled=SvdFullFunctionCompiled)
     else:
@@ -762,7 +664,7 @@ def svd(A: torch.Tensor, full_matrices: bool = True, *, cluster_rtol: float | No
         checks.degeneracy_options(cluster_rtol, broadening)
         U, S, Vh = _svd.svd(A, cluster_rtol=cluster_rtol, broadening=broadening)
         if isinstance(A, torch.Tensor) and A.dim() >= 2:
-            from .composite.svd import guard_null_space
+            from ..composite.svd import guard_null_space
 
             if A.shape[-2] >= A.shape[-1]:  # tall: U's columns of zero singular values are free in the cokernel
                 U, S = guard_null_space(U, S, cluster_rtol)
@@ -823,196 +725,20 @@ def svds(A: torch.Tensor, k: int, *, largest: bool = True, tol: float | None = N
     if m < n:
         Vt, S, Ut, info = svds(A.mT, k, largest=largest, tol=tol, maxiter=maxiter, return_info=True)
         return (Ut.mT, S, Vt.mT, info) if return_info else (Ut.mT, S, Vt.mT)
-    from .composite.svds import SvdsFunction
+    from ..composite.svds import SvdsFunction
 
     U, S, V, info = SvdsFunction.apply(A, k, largest, tol, maxiter, return_info=True)
-    from .composite.svd import guard_null_space
+    from ..composite.svd import guard_null_space
 
     U, S = guard_null_space(U, S)  # zero singular values: their U columns and values (see svd)
     return (U, S, V.mT, info) if return_info else (U, S, V.mT)
 
 
 # ------------------------------------------------------------------ matrix functions
-def expm(A: torch.Tensor) -> torch.Tensor:
-    """``exp(A)`` of a square ``A``, as :func:`torch.linalg.matrix_exp`.
+from .matrix_functions import expm, funm, logm, matrix_exp, powm, sqrtm  # noqa: E402
 
-    Symmetric (Hermitian) ``A`` (to ``100 eps``): ``V exp(w) V^H`` from ``eigh``, differentiable with the
-    Daleckii–Krein rule derived in ``derivations/funm.py`` along every direction, symmetric or not
-    (``Derivation.general_directions``: the audit checks it against the general exponential), so
-    its derivatives are :func:`matrix_exp`'s (continuous at repeated eigenvalues).  Any other ``A``,
-    and every ``A`` whose values cannot be read (under ``vmap``, ``torch.compile``, on meta
-    tensors): :func:`matrix_exp`.  Reverse and forward mode, ``torch.func`` transforms, second
-    derivatives.
-
-    Raises:
-        ValueError: not a square floating matrix, NaN/Inf.
-    """
-    return _symmetric_or_general("expm", A, _general_directions("expm"), "matrix_exp")
-
-
-def matrix_exp(A: torch.Tensor) -> torch.Tensor:
-    """``exp(A)`` of a general square ``A``, as :func:`torch.linalg.matrix_exp` (real or complex).
-
-    The Fréchet derivative is derived in ``derivations/matrix_exp.py``: ``dX = L_exp[A](dA)``, the
-    upper right corner of ``exp([[A, dA], [0, A]])``, and ``gA = L_exp[A^H](gX)``; both are evaluated
-    with the block exponential, whose own derivatives are exact, so every order is (reverse and
-    forward mode, ``torch.func`` transforms, higher derivatives; float32/float64/complex64/
-    complex128, CPU/CUDA, empty batches).
-
-    Raises:
-        ValueError: not a square floating matrix, NaN/Inf.
-    """
-    from .generated.torch.matrix_exp import matrix_exp as general
-
-    return general(A)
-
-
-def logm(A: torch.Tensor) -> torch.Tensor:
-    """The principal logarithm of a square ``A`` (eigenvalues off the closed negative real axis), as
-    :func:`scipy.linalg.logm`.
-
-    Symmetric (Hermitian) ``A`` (to ``100 eps``): positive definite, ``V log(w) V^H`` from ``eigh``,
-    differentiable to second order along every direction (see :func:`expm`).  Any other ``A``, and
-    every ``A`` whose values cannot be read (``vmap``, ``torch.compile``): SciPy's inverse scaling
-    and squaring on the host (tensors on a GPU make a round trip),
-    real for real ``A``; its Fréchet derivative is derived in ``derivations/logm_general.py`` from
-    ``exp(X) = A`` as the inverse of the exponential's, ``dX = L_exp[X]^-1(dA)``, solved with the
-    block logarithm, to any order (reverse, forward, ``torch.func`` transforms).
-
-    Raises:
-        ValueError: an eigenvalue ``<= 0`` of symmetric ``A``, or of general ``A`` on the closed
-            negative real axis (named in the message).
-    """
-    return _symmetric_or_general("logm", A, _general_directions("logm"), "logm_general")
-
-
-def sqrtm(A: torch.Tensor) -> torch.Tensor:
-    """The principal square root of a square ``A``, as :func:`scipy.linalg.sqrtm`.
-
-    Symmetric (Hermitian) ``A`` (to ``100 eps``): positive semidefinite, ``V sqrt(w) V^H`` from ``eigh``
-    (eigenvalues within rounding of 0 are taken as 0), differentiable to second order along every
-    direction where ``A`` is positive definite, continuous at repeated eigenvalues (see :func:`expm`).
-
-    Any other ``A``, and every ``A`` whose values cannot be read (``vmap``, ``torch.compile``; a
-    singular positive semidefinite ``A`` then raises): the root whose eigenvalues have positive real parts,
-    by SciPy's Schur method on
-    the host (tensors on a GPU make a round trip), real for real ``A``; its Fréchet derivative
-    ``X dX + dX X = dA`` and the adjoint are derived in ``derivations/sqrtm_general.py`` and solved
-    by Bartels-Stewart, to any order (reverse, forward, ``torch.func`` transforms).
-
-    Raises:
-        ValueError: a negative eigenvalue of symmetric ``A``, or an eigenvalue of general ``A`` on
-            the closed negative real axis (named in the message); in a derivative, a zero
-            eigenvalue of symmetric ``A`` (the derivative of ``sqrt`` is infinite there).
-    """
-    return _symmetric_or_general("sqrtm", A, _general_directions("sqrtm"), "sqrtm_general")
-
-
-def _symmetric_or_general(name: str, A, hermitian_function, general: str):
-    """``f(A)`` of a general-matrix function: for Hermitian ``A`` (eager, values checked) from
-    ``eigh`` with the rules of ``derivations/funm.py`` along unstructured tangents (the general
-    function's derivative at a Hermitian point: ``Derivation.general_directions``, audited against
-    the general function), else the generated general-matrix function ``general``.  Where values
-    cannot be read (under ``vmap``, ``torch.compile``, on fake tensors) the general function runs: it
-    is right for every ``A``; meta tensors (shapes only) take the eigh route."""
-    import importlib
-
-    checks.tensor(A, "A")
-    checks.floating(A, "A", complex_ok=True)
-    checks.matrix(A, "A", square=True)
-    if A.is_meta:  # shapes only: the eigh route propagates them (the general one computes on the host)
-        return hermitian_function(A)
-    hermitian = not checks.is_traced(A)
-    if hermitian:
-        try:
-            checks.symmetric(A, "A")
-        except ValueError:
-            hermitian = False
-    if not hermitian:
-        _routes.taken(name, "general")
-        module = importlib.import_module(f"{__package__}.generated.torch.{general}")
-        return getattr(module, general)(A)
-    _routes.taken(name, "hermitian")
-    return hermitian_function(A)
-
-
-def _general_directions(name: str):
-    """``funm``'s ``name`` with the derivatives of the general-matrix function (unstructured directions)."""
-    return lambda A: _spectral.apply(_funm.SPECTRAL[name], A, general=True)
-
-
-def powm(A: torch.Tensor, p: float) -> torch.Tensor:
-    """``A^p = V w^p V^H`` of symmetric (Hermitian) ``A`` for a real ``p``, differentiable to second
-    order (see :func:`expm`).  Integer ``p`` accepts any symmetric ``A`` (``p < 0``: invertible)
-    and uses exact divided differences; other ``p`` need a positive semidefinite ``A`` (definite
-    for ``p < 0``).
-
-    Raises:
-        ValueError: not symmetric, or an eigenvalue outside the domain of ``x**p`` (named).
-        TypeError: ``p`` is not a real number.
-    """
-    return _funm.powm(A, p)
-
-
-def funm(A: torch.Tensor, f, *, domain=None) -> torch.Tensor:
-    """``f(A) = V f(w) V^H`` for symmetric (Hermitian) ``A`` and any real scalar function ``f``,
-    differentiable to second order (reverse and forward mode, every ``torch.func`` transform), also
-    at repeated eigenvalues.
-
-    Args:
-        A: symmetric (Hermitian) ``(..., n, n)`` matrices, float32/float64 (complex64/complex128).
-        f: a SymPy expression in one symbol (``sympy.cos(x)``, ``x*sympy.log(x)``,
-            ``sympy.Piecewise(...)``), or a name of the catalogue: ``"expm"`` (or ``"exp"``),
-            ``"logm"`` (``"log"``), ``"sqrtm"`` (``"sqrt"``).
-        domain: optional: where ``f`` may be applied, a SymPy set (``sympy.Interval(0, sympy.oo)``)
-            or condition in the symbol; an eigenvalue outside raises.  The domains of the
-            primitives ``f`` is built of (``log`` needs a positive argument, ...) are always checked.
-
-    ``f`` is compiled once into a program over primitives (:mod:`adjointgen.codegen.scalar`; kept on
-    disk, ``$ADJOINTGEN_CACHE``), in milliseconds and without expanding ``f``.  Its divided
-    differences ``f[a, b]`` (and ``f[a, b, c]`` for second derivatives) are composed from the
-    primitives' stable forms by the chain and Leibniz rules (:mod:`adjointgen.runtime.divided`): no
-    cancellation for any gap, and no overflow where the result is finite.  Forms that overflow as
-    written become primitives that do not (``log(1 + exp(x))`` is softplus, ``x*log(x)`` is 0 at 0,
-    ``sin(x)/x`` is ``sinc``).  An estimated accuracy below ``sqrt(eps)`` warns
-    (:class:`adjointgen.runtime.divided.AccuracyWarning`) with the eigenvalues.
-
-    Example::
-
-        import sympy, torch
-        import adjointgen.torch as agt
-        x = sympy.Symbol("x")
-        A = torch.eye(3, dtype=torch.float64)
-        agt.funm(A, sympy.cos(x))  # cos(1) I
-
-    Raises:
-        ValueError: ``A`` not a symmetric floating matrix; ``f`` complex-valued, in more than one
-            symbol, not scalar, or using a function adjointgen cannot evaluate; an eigenvalue
-            outside the domain of a primitive of ``f`` (named, with the primitive); in a
-            derivative, an eigenvalue where ``f`` is not differentiable.
-        TypeError: ``f`` is neither a name of the catalogue nor a SymPy expression.
-    """
-    return _spectral.apply(_spectral_of(f, domain), A)
-
-
-def _spectral_of(f, domain=None):
-    if isinstance(f, str):
-        name = {"exp": "expm", "log": "logm", "sqrt": "sqrtm"}.get(f, f)
-        spec = getattr(_funm, "SPECTRAL", {}).get(name)
-        if spec is None or spec.options:
-            known = sorted(k for k, s in getattr(_funm, "SPECTRAL", {}).items() if not s.options)
-            raise TypeError(f"funm: unknown function name {f!r}; use one of {', '.join(known)} or a SymPy "
-                            "expression (powm(A, p) takes its option)")
-        if domain is None:
-            return spec
-        f = spec.program.text
-    from .codegen import scalar
-
-    program = scalar.compile_cached(f)
-    cond = text = None
-    if domain is not None:
-        cond, text = scalar.compile_condition(domain, program)
-    return _spectral.Spectral("funm", program, frechet=_funm.FRECHET, domain=cond, domain_text=text)
+# the _ex variants: an info tensor instead of an error
+from .ex import cholesky_ex, inv_ex, lu_factor_ex, solve_ex  # noqa: E402
 
 
 def _catalogue() -> list[str]:
@@ -1022,7 +748,7 @@ def _catalogue() -> list[str]:
     import importlib
     import pkgutil
 
-    package = importlib.import_module(f"{__package__}.generated.torch")
+    package = importlib.import_module("adjointgen.generated.torch")
     added = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name in globals():
