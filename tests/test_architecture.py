@@ -298,7 +298,7 @@ def test_no_code_branches_on_a_backend_or_a_gauge_name():
     kernels, verifier); a gauge's checks follow from its structure, not its name."""
     backend_names = "|".join(b.name for b in gen.BACKENDS)
     pattern = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({backend_names})["']|["']({backend_names})["']\s*(==|!=|\bin\b)""")
-    for path in sorted((ROOT / "src" / "adjointgen" / "codegen").glob("*.py")):
+    for path in sorted((ROOT / "src" / "adjointgen" / "codegen").rglob("*.py")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not pattern.search(line), f"{path.name}:{i}: {line.strip()}"
     for path in sorted((ROOT / "templates").rglob("*.j2")):
@@ -306,6 +306,24 @@ def test_no_code_branches_on_a_backend_or_a_gauge_name():
         assert not re.search(r"gauge\s*==", text), path
     lower = (ROOT / "src" / "adjointgen" / "codegen" / "lower.py").read_text()
     assert not re.search(r"""==\s*["']phase["']""", lower)
+
+
+def test_a_backend_is_one_module():
+    """Each backend is a module of ``codegen/backends`` whose row carries its printer (the syntax of
+    every IR operation, the imports of every runtime name, where its forwards come from) and its
+    verifier; ``printers.py`` holds the printers' machinery, no backend's table."""
+    import importlib
+
+    from adjointgen.codegen import printers
+    from adjointgen.codegen.backends import BACKENDS, PRINTERS
+
+    for backend in BACKENDS:
+        module = importlib.import_module(f"adjointgen.codegen.backends.{backend.name}")
+        assert module.BACKEND is backend
+        assert backend.printer is None or (backend.printer.imports and backend.printer.forwards), backend.name
+        assert backend.printer is None or callable(backend.verifier), backend.name
+    assert not [n for n, v in vars(printers).items() if isinstance(v, printers.ArrayPrinter)]
+    assert set(PRINTERS) == {b.printer.name for b in BACKENDS if b.printer}
 
 
 def test_generated_code_imports_only_its_backends_runtime_helpers():

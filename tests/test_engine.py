@@ -352,7 +352,7 @@ def test_a_runtime_forward_is_declared_once_and_found_in_every_backends_runtime(
     from adjointgen.calculus import Derivation
     from adjointgen.codegen.ir import ForwardIR
     from adjointgen.codegen.lower import lower_derivation
-    from adjointgen.codegen.printers import PRINTERS
+    from adjointgen.codegen.backends import PRINTERS
 
     def declared(**forward):
         d = Derivation("fwd", __file__, title="t")

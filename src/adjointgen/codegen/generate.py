@@ -210,7 +210,7 @@ def _output_digest(project: Project) -> str:
     digest = hashlib.sha256(b"adjointgen output 2\0")
     for package in sorted({lib for b in BACKENDS if b.name in project.backends for lib in b.libraries}):
         digest.update(f"{package} {_package_version(package)}\0".encode())
-    files = [here / "project.py", *sorted((here / "codegen").glob("*.py")), *sorted((here / "runtime").rglob("*.py")),
+    files = [here / "project.py", *sorted((here / "codegen").rglob("*.py")), *sorted((here / "runtime").rglob("*.py")),
              *sorted((here / "runtime").rglob("*.cuh"))]
     _files_digest(digest, files, lambda f: Path(f).relative_to(here).as_posix())
     for folder in project.template_dirs:
@@ -675,8 +675,6 @@ def _audit_or_reuse(project: Project, name: str, known: dict | None) -> Audited:
 
 def _render_files(project: Project, a: Audited):
     """``(files, texts by backend, backends that wrote nothing: why)``."""
-    from .printers import PRINTERS
-
     env = _environment(project)
     op = a.op
     files: dict[Path, str] = {}
@@ -697,7 +695,7 @@ def _render_files(project: Project, a: Audited):
         template = _template(env, project, backend.template)
         lines, statements = {}, {}
         if backend.printer:
-            printer = PRINTERS[backend.printer]
+            printer = backend.printer
             lines = {r.name: printer.lines(r) for r in op.rules}
             statements = {r.name: printer.statements(r) for r in op.rules}
         path = project.output / backend.output.format(name=op.name)
@@ -720,7 +718,7 @@ def _render_files(project: Project, a: Audited):
         sources = [derivation_path, *helper_modules(derivation_path), Path(template.filename), *included]
         text = _render_template(template, header=_header(backend.comment, sources, project), **context)
         if backend.printer:
-            text = _with_imports(text, PRINTERS[backend.printer], template, op.public)
+            text = _with_imports(text, backend.printer, template, op.public)
         files[path] = text
         texts[backend.name] = (path, text)
     return files, texts, skipped

@@ -62,7 +62,7 @@ def _value(env, param, d=None, dims=None):
 def verify_generated(project, d, op, texts: dict) -> None:
     """Raise :class:`VerificationFailed` unless every generated function reproduces its rule.
     ``texts``: backend name -> (path, text) of the files rendered; each backend's ``verifier``
-    (:class:`~adjointgen.codegen.generate.Backend`) says how its module is run."""
+    (:class:`~adjointgen.codegen.backends.Backend`) says how its module is run."""
     from ..audit.runner import instances
     from .generate import BACKENDS
 
@@ -72,21 +72,21 @@ def verify_generated(project, d, op, texts: dict) -> None:
         for backend in BACKENDS:
             if backend.verifier is not None and backend.name in texts:
                 path, text = texts[backend.name]
-                VERIFIERS[backend.verifier](op, d, path, text, contexts, problems)
+                backend.verifier(op, d, path, text, contexts, problems)
     if problems:
         raise VerificationFailed(
             f"the generated code of '{op.name}' does not reproduce the audited derivation "
             f"({d.path}); nothing was written:\n  " + "\n  ".join(problems[:12]))
 
 
-def _verify_array_module(op, d, path, text, contexts, problems):
+def verify_array_module(op, d, path, text, contexts, problems):
     """A NumPy/CuPy module: its rule functions on NumPy arrays."""
     module = _load(path, text, f"_adjointgen_verify_{op.name}_{Path(path).parent.name}", problems)
     if module is not None:
         _check_rules(op, d, module, contexts, path, problems, to_array=lambda x: x, to_numpy=np.asarray)
 
 
-def _verify_torch_module(op, d, path, text, contexts, problems):
+def verify_torch_module(op, d, path, text, contexts, problems):
     """A torch module: its rules (both paths), its autograd and public functions, its concrete
     matrix functions."""
     try:
@@ -103,7 +103,7 @@ def _verify_torch_module(op, d, path, text, contexts, problems):
             _check_instances(op, d, module, contexts, path, problems, torch)
 
 
-def _verify_jax_module(op, d, path, text, contexts, problems):
+def verify_jax_module(op, d, path, text, contexts, problems):
     """A JAX module: its rules on ``jax.numpy`` arrays, and its public ``jax.custom_jvp`` function
     under ``jax.vjp`` and ``jax.jvp`` (float64 throughout)."""
     try:
@@ -211,9 +211,6 @@ def _check_jax_function(op, d, module, contexts, path, problems, jax):
 
 
 #: Backend.verifier -> how its generated module is run
-VERIFIERS = {"array": _verify_array_module, "torch": _verify_torch_module, "jax": _verify_jax_module}
-
-
 def _load(path, text, name, problems):
     try:
         return _module(path, text, name)

@@ -1,11 +1,15 @@
-"""The backends: one row each (its template, printer, runtime helpers, package file, kernels and
-verifier); nothing in the generator branches on a backend's name."""
+"""The backends, one module each: a backend is its row (:class:`Backend`), which names its template,
+carries its printer (the syntax of every IR operation and the imports of every runtime name) and its
+verifier, and lists the runtime modules its code may import.  Adding a backend is adding a module
+here (and its templates and runtime helpers, which the row names); nothing in the generator
+branches on a backend's name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from ..project import BACKENDS as BACKEND_DIRS
-
+from ...project import BACKENDS as BACKEND_DIRS
+from ..printers import ArrayPrinter
 
 
 @dataclass(frozen=True)
@@ -16,28 +20,30 @@ class Backend:
         name: the name a project's ``backends`` setting uses.
         template: the operation template (the project's own first, then the built-in one); the
             templates it includes are found while it renders and become sources of the file.
-        printer: the printer of the rules' value DAG (:data:`adjointgen.codegen.printers.PRINTERS`),
-            ``None`` when the backend prints no rule.
+        printer: the printer of the rules' value DAG and of the imports of the generated module
+            (:class:`~adjointgen.codegen.printers.ArrayPrinter`), ``None`` when the backend prints
+            no rule.
         comment: line-comment prefix of the header (``None``: an HTML comment).
         runtime: the helper modules its generated code may import (module prefixes); the
             numerical guards and algorithms live there, not in the template.
         package_init: the package ``__init__`` it needs under the output package, if any.
         kernels: it emits elementwise kernels: only for operations that have an elementwise part,
             and the other backends' code may launch them.
-        verifier: how :mod:`adjointgen.codegen.verify` runs its generated module against the
-            audited rules (``None``: the text is only compared).
+        verifier: runs its generated module against the audited rules before anything is written
+            (``(op, d, path, text, contexts, problems)``, :mod:`adjointgen.codegen.verify`;
+            ``None``: the text is only compared).
         libraries: the distributions its verification runs (their versions are in the key of
-            every record: :func:`record_keys`).
+            every record: :func:`adjointgen.codegen.generate.record_keys`).
     """
 
     name: str
     template: str
-    printer: str | None
+    printer: ArrayPrinter | None
     comment: str | None
     runtime: tuple[str, ...] = ()
     package_init: str | None = None
     kernels: bool = False
-    verifier: str | None = None
+    verifier: Callable | None = None
     libraries: tuple[str, ...] = ()
 
     @property
@@ -50,17 +56,11 @@ class Backend:
         return not self.kernels or bool(op.kernel_variants or op.instances)
 
 
-BACKENDS = (
-    Backend("torch", "torch/op.py.j2", "torch", "#", runtime=("adjointgen.runtime",),
-            package_init="torch/__init__.py", verifier="torch", libraries=("torch",)),
-    Backend("cupy", "cupy/op.py.j2", "xp", "#", runtime=("adjointgen.runtime.xp", "adjointgen.runtime.divided",
-                                                       "adjointgen.runtime.host"),
-            package_init="cupy/__init__.py", verifier="array"),
-    Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True),
-    Backend("jax", "jax/op.py.j2", "jax", "#", runtime=("adjointgen.runtime.jax", "adjointgen.runtime.rules",
-                                                     "adjointgen.runtime.host"),
-            package_init="jax/__init__.py", verifier="jax", libraries=("jax", "jaxlib")),
-    Backend("report", "report/audit.md.j2", None, None),
-)
-
 PACKAGE_TEMPLATE = "package/__init__.py.j2"
+
+from . import cuda, cupy, jax, report, torch  # noqa: E402  (each module's row uses Backend)
+
+#: every backend, in the order the generator renders them
+BACKENDS = tuple(m.BACKEND for m in (torch, cupy, cuda, jax, report))
+#: the printers by name (a backend's ``printer.name``)
+PRINTERS = {b.printer.name: b.printer for b in BACKENDS if b.printer is not None}
