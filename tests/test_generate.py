@@ -95,17 +95,19 @@ def test_cupy_namespace_exports_every_rule():
 
 
 @pytest.mark.slow  # mutation tests of the templates
-@pytest.mark.parametrize("good, bad", [
+@pytest.mark.parametrize("name, good, bad", [
     # flip the sign of the pairwise numerator
-    ("(scale * ({{ fn.numerator | pyscalar }}))", "(scale * -({{ fn.numerator | pyscalar }}))"),
+    ("torch/pairwise/masked.py.j2", "(scale * ({{ fn.numerator | pyscalar }}))",
+     "(scale * -({{ fn.numerator | pyscalar }}))"),
     # flip the sign of the fused reciprocal-gap product (the path separated values take)
-    ("{{ fn.vector }} * ({{ fn.fused[1] | pyscalar }} / scale)", "{{ fn.vector }} * (-({{ fn.fused[1] | pyscalar }}) / scale)"),
+    ("torch/pairwise/masked.py.j2", "~ (fn.fused[1] | pyscalar) ~", "~ '-(' ~ (fn.fused[1] | pyscalar) ~ ')' ~"),
     # drop the diag(gw) add of the VJP (and of every other sum with a diagonal)
-    ("    {{ name }} = {{ expr }}\n", "    {{ name }} = {{ expr | replace('_pairwise.add_diag(', '(lambda X, v: X)(') }}\n"),
+    ("common/rule.py.j2", "    {{ statement }}\n",
+     "    {{ statement | replace('_pairwise.add_diag(', '(lambda X, v: X)(') }}\n"),
 ])
-def test_a_corrupted_template_fails_generation_and_writes_nothing(root, tmp_path, good, bad):
+def test_a_corrupted_template_fails_generation_and_writes_nothing(root, tmp_path, name, good, bad):
     proj = _copy(root, tmp_path)
-    template = proj / "templates" / "torch" / "op.py.j2"
+    template = proj / "templates" / name
     text = template.read_text()
     assert good in text
     template.write_text(text.replace(good, bad))
