@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy
 import scipy.linalg
 
-from adjointgen.runtime.xp import bartels_stewart, schur_eigenvalues
+from adjointgen.runtime.schur import bartels_stewart, schur_eigenvalues
 
 
 def polar(a):

@@ -567,7 +567,7 @@ def differential(expr, tangent: Callable[[MatrixSymbol], sp.MatrixExpr | None]):
         return ZeroMatrix(*shape)
     if isinstance(expr, PairwiseMatrix):
         raise DerivationError(f"differential of pairwise matrix {expr.name} is not derived")
-    if isinstance(expr, EngineNode):  # the engine's own nodes carry their rule (nodes.py)
+    if isinstance(expr, EngineNode):  # the engine's own nodes carry their rule (calculus/nodes/)
         return expr.differential_rule(lambda e: differential(e, tangent))
     if isinstance(expr, MatrixSymbol):
         t = tangent(expr)

@@ -416,7 +416,7 @@ def evaluate(expr, env: dict, dims: dict, arith=_Numpy):
             d = e.definition
             return arith.pairwise(d, arith.diagonal(env[d.diagonal_of]), free=env.get("__pairwise_free__", False),
                                   pattern=env.get("__cluster_pattern__", False), functions=env.get("__functions__"))
-        if isinstance(e, EngineNode):  # the engine's own nodes carry their rule (nodes.py)
+        if isinstance(e, EngineNode):  # the engine's own nodes carry their rule (calculus/nodes/)
             return e.evaluate_rule(ev, arith, size, env)
         if isinstance(e, MatrixSymbol):
             if e.name not in env:

@@ -178,7 +178,7 @@ def sqrtm_general(A):
     import jax.scipy.linalg as jsl
 
     if is_concrete(A):
-        from .xp import check_principal_branch
+        from .schur import check_principal_branch
 
         check_principal_branch(numpy.asarray(A))
     root = jsl.sqrtm

@@ -63,7 +63,7 @@ def _sylvester_in_eigenbases(A, B, C, same=False):
     """``X`` with ``A X + X B = C`` for Hermitian ``A``, ``B`` (no graph): ``C`` taken to the
     eigenbases, divided entrywise by ``a_i + b_j``, and taken back (``same``: ``B`` is ``A``)."""
     from .checks import is_traced
-    from .xp import check_sums
+    from .schur import check_sums
 
     wa, Va = torch.linalg.eigh(A)
     wb, Vb = (wa, Va) if same else torch.linalg.eigh(B)
@@ -463,7 +463,7 @@ def triangular_sylvester_solve(T, C, upper: bool = True):
         import numpy
 
         from .host import single_threaded_blas
-        from .xp import triangular_sylvester_blocks
+        from .schur import triangular_sylvester_blocks
 
         with torch.no_grad(), single_threaded_blas():
             X = triangular_sylvester_blocks(T.resolve_conj().numpy(), C.resolve_conj().numpy(), upper)
@@ -521,7 +521,7 @@ def _check_triangular_spectrum(T, upper: bool) -> None:
             return
         import numpy
 
-        from .xp import check_triangular_spectrum
+        from .schur import check_triangular_spectrum
 
         values = numpy.array(T.cpu().resolve_conj().tolist(), dtype=numpy.complex128 if T.is_complex() else numpy.float64)
     check_triangular_spectrum(numpy, values, upper)
