@@ -18,6 +18,8 @@ import pytest
 import adjointgen.codegen.generate as gen
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the backend packages, holding the built-in templates (each backend's own, and the shared ones)
+TEMPLATES = ROOT / "src" / "adjointgen" / "codegen" / "backends"
 
 #: stage -> the stages it may import (module ``adjointgen.<stage>...``; ``(root)`` is the package
 #: itself).  Reading down the table is reading down the pipeline.
@@ -299,29 +301,47 @@ def test_no_code_branches_on_a_backend_or_a_gauge_name():
     for path in sorted((ROOT / "src" / "adjointgen" / "codegen").rglob("*.py")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not pattern.search(line), f"{path.name}:{i}: {line.strip()}"
-    for path in sorted((ROOT / "templates").rglob("*.j2")):
+    for path in sorted(TEMPLATES.rglob("*.j2")):
         text = path.read_text()
         assert not re.search(r"gauge\s*==", text), path
     lower = (ROOT / "src" / "adjointgen" / "codegen" / "lower.py").read_text()
     assert not re.search(r"""==\s*["']phase["']""", lower)
 
 
-def test_a_backend_is_one_module():
-    """Each backend is a module of ``codegen/backends`` whose row carries its printer (the syntax of
+def test_a_backend_is_one_package():
+    """Each backend is a package of ``codegen/backends``: its row carries its printer (the syntax of
     every IR operation, the imports of every runtime name, where its forwards come from) and its
-    verifier; ``printers.py`` holds the printers' machinery, no backend's table."""
+    verifier, its templates are in its ``templates/`` (named ``<backend>/...``), and its
+    ``backend.toml`` declares its output layout, which the project stage reads as data.  No other
+    module holds a backend's table: ``printers.py`` holds the printers' machinery, ``project.py``
+    and the generator find the packages."""
     import importlib
+    import tomllib
 
+    from adjointgen import project
     from adjointgen.codegen import printers
     from adjointgen.codegen.backends import BACKENDS, PRINTERS
 
+    assert [b.name for b in BACKENDS] == list(project.backend_declarations()) == list(project.BACKENDS)
     for backend in BACKENDS:
         module = importlib.import_module(f"adjointgen.codegen.backends.{backend.name}")
         assert module.BACKEND is backend
+        folder = TEMPLATES / backend.name
+        assert (folder / "__init__.py").is_file() and (folder / "templates").is_dir(), backend.name
+        prefix, _, rest = backend.template.partition("/")
+        assert prefix == backend.name and (folder / "templates" / rest).is_file(), backend.template
+        assert backend.output == tomllib.loads((folder / "backend.toml").read_text())["output"]
         assert backend.printer is None or (backend.printer.imports and backend.printer.forwards), backend.name
         assert backend.printer is None or callable(backend.verifier), backend.name
     assert not [n for n, v in vars(printers).items() if isinstance(v, printers.ArrayPrinter)]
     assert set(PRINTERS) == {b.printer.name for b in BACKENDS if b.printer}
+    # no backend's name is a key or a literal of the project stage or the generator's modules
+    for path in [ROOT / "src/adjointgen/project.py", *(ROOT / "src/adjointgen/codegen").glob("*.py")]:
+        text = path.read_text()
+        for backend in BACKENDS:
+            assert not re.search(rf"""["']{backend.name}(/[^"']*)?["']\s*:""", text), (path.name, backend.name)
+    # the built-in templates are the backend packages' (and the shared ones), nothing at the top
+    assert not (ROOT / "templates").exists()
 
 
 def test_generated_code_imports_only_its_backends_runtime_helpers():
@@ -344,7 +364,7 @@ TAG_BUDGET = 40
 
 
 def test_templates_keep_to_the_tag_budget():
-    counts = {p.relative_to(ROOT).as_posix(): p.read_text().count("{%") for p in (ROOT / "templates").rglob("*.j2")}
+    counts = {p.relative_to(ROOT).as_posix(): p.read_text().count("{%") for p in TEMPLATES.rglob("*.j2")}
     over = {name: n for name, n in counts.items() if n > TAG_BUDGET}
     assert not over, f"templates over {TAG_BUDGET} tags (move the decision into the IR or the runtime): {over}"
     assert len(counts) > 10
@@ -353,7 +373,7 @@ def test_templates_keep_to_the_tag_budget():
 def test_templates_write_no_imports_of_the_runtime():
     """A generated module's imports are computed from the names its code reads
     (adjointgen.codegen.imports): no template lists runtime helpers."""
-    for path in sorted((ROOT / "templates").rglob("*.py.j2")):
+    for path in sorted(TEMPLATES.rglob("*.py.j2")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not re.match(r"\s*(from adjointgen|import adjointgen|import functools|import jax|from .* as _forward)",
                                 line), \
@@ -402,7 +422,7 @@ def test_templates_hold_layout_and_formulas_not_numerical_guards():
     (adjointgen.runtime.pairwise, adjointgen.runtime.xp)."""
     guards = re.compile(r"torch\.where|torch\.inf|xp\.where|\.fill_\(|\.eye\(|\.unsqueeze\(|swapaxes|pairs_apart|"
                         r"divided_by_gaps")
-    for path in sorted((ROOT / "templates").rglob("*.py.j2")):
+    for path in sorted(TEMPLATES.rglob("*.py.j2")):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not guards.search(line), f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
 
@@ -411,7 +431,7 @@ def test_the_autograd_functions_dispatch_in_the_runtime_not_in_the_template():
     """Complex or real rules, checked or not, completion at clusters and which check a residual
     goes to: decided once, in adjointgen.runtime.dispatch, from the rules the template lays out as
     data; the generated backward and jvp hand it their names."""
-    template = "".join(p.read_text() for p in sorted((ROOT / "templates" / "torch").rglob("*.j2")))
+    template = "".join(p.read_text() for p in sorted((TEMPLATES / "torch" / "templates").rglob("*.j2")))
     for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "_completion.complete(", "has_clusters("):
         assert decision not in template, decision
     import adjointgen.generated.torch.eigh as eigh

@@ -19,6 +19,7 @@ from __future__ import annotations
 from .names import RESERVED_NAMES, name_problem  # noqa: F401  (RESERVED_NAMES: re-exported)
 
 import contextlib
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -29,19 +30,45 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["BACKENDS", "Project", "ProjectError", "builtin_templates", "catalogue_project", "check_name",
+__all__ = ["BACKENDS", "BackendDeclaration", "Project", "ProjectError", "backend_declarations", "catalogue_project", "check_name",
            "find_project", "load_project"]
 
+#: the backend packages (``codegen/backends/<name>/``), each declaring itself in ``backend.toml``
+BACKENDS_DIR = Path(__file__).parent / "codegen" / "backends"
+
+
+@dataclass(frozen=True)
+class BackendDeclaration:
+    """What a project's settings need to know of a backend, read from its package's ``backend.toml``
+    (data, so that loading a project imports no code generator)."""
+
+    name: str
+    #: the file of an operation, under the output package, with ``{name}``
+    output: str
+    #: a project whose table names no backends gets it
+    default: bool
+    #: the order the generator renders the backends in
+    order: int
+    #: backend name -> why this one needs it too
+    requires: tuple[tuple[str, str], ...] = ()
+
+
+@functools.cache
+def backend_declarations() -> dict[str, BackendDeclaration]:
+    """Every backend package's declaration, by name, in the generator's order."""
+    found = []
+    for path in sorted(BACKENDS_DIR.glob("*/backend.toml")):
+        table = tomllib.loads(path.read_text())
+        found.append(BackendDeclaration(path.parent.name, table["output"], bool(table.get("default", True)),
+                                        int(table.get("order", 100)), tuple(table.get("requires", {}).items())))
+    return {b.name: b for b in sorted(found, key=lambda b: (b.order, b.name))}
+
+
 #: the backends a project can generate, with the file (under the output package) of each operation
-BACKENDS = {
-    "torch": "torch/{name}.py",     # autograd functions, checked public functions, JVP/VJP rules
-    "cupy": "cupy/{name}.py",       # NumPy/CuPy rule functions (array-module generic)
-    "cuda": "cuda/{name}.cu",       # CUDA kernels of the elementwise parts (used by the CuPy rules)
-    "jax": "jax/{name}.py",         # JAX rule functions and jax.custom_jvp public functions
-    "report": "reports/{name}.md",  # markdown audit reports
-}
+#: (from the backend packages' declarations)
+BACKENDS = {name: b.output for name, b in backend_declarations().items()}
 #: the backends of a project whose table names none (JAX is asked for by name)
-DEFAULT_BACKENDS = ("torch", "cupy", "cuda", "report")
+DEFAULT_BACKENDS = tuple(name for name, b in backend_declarations().items() if b.default)
 
 _KEYS = {"derivations", "package", "output", "backends", "templates", "symbolic_timeout"}
 #: seconds a step's symbolic replay may take before the audit keeps only its numeric verdict
@@ -141,19 +168,9 @@ class Project:
 
     @property
     def template_dirs(self) -> tuple[Path, ...]:
-        """Where templates are looked up, first match wins: the project's, then the built-in ones."""
-        dirs = [] if self.templates is None else [self.templates]
-        builtin = builtin_templates()
-        if not dirs or dirs[0].resolve() != builtin.resolve():
-            dirs.append(builtin)
-        return tuple(dirs)
-
-
-def builtin_templates() -> Path:
-    """The templates shipped inside the package (``adjointgen/templates``)."""
-    from importlib import resources
-
-    return Path(str(resources.files("adjointgen.templates")))
+        """The project's own template folders, looked up before the built-in templates (which live in
+        the backend packages, :mod:`adjointgen.codegen.templates`)."""
+        return () if self.templates is None else (self.templates,)
 
 
 def catalogue_project() -> Project:
@@ -167,7 +184,7 @@ def catalogue_project() -> Project:
     root = derivations.parent if (derivations.parent / output.name).is_dir() else output.parent
     return Project(root=root, config_file=root / "pyproject.toml", derivations=derivations,
                    package="adjointgen.generated", output=output, backends=tuple(BACKENDS), templates=None,
-                   aliases=((derivations, "derivations"), (builtin_templates(), "templates")))
+                   aliases=((derivations, "derivations"),))
 
 
 def find_project(start: str | os.PathLike | None = None) -> Path:
@@ -227,8 +244,10 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
     if bad:
         raise ProjectError(f"{config_file}: unknown backend(s) {', '.join(map(repr, bad))} "
                            f"(known: {', '.join(BACKENDS)})")
-    if "cuda" in backends and "cupy" not in backends:
-        raise ProjectError(f"{config_file}: the cuda backend holds the kernels of the cupy backend: add \"cupy\"")
+    for b in backends:
+        for needed, why in backend_declarations()[b].requires:
+            if needed not in backends:
+                raise ProjectError(f"{config_file}: {why}: add \"{needed}\"")
     templates = string("templates")
     template_dir = None
     if templates is not None:
@@ -245,7 +264,9 @@ def load_project(root: str | os.PathLike | None = None) -> Project:
     if not out.is_relative_to(resolved_root):
         raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is {out}, outside the project "
                            f"folder {resolved_root}: generated files are written (and removed) only inside it")
-    shadowing = [b for b in ("torch", "cupy", "jax") if b in backends]
+    # a backend that writes a Python package (torch/, cupy/, jax/) at the project's top would
+    # shadow the library of that name
+    shadowing = [BACKENDS[b].split("/")[0] for b in backends if BACKENDS[b].endswith("/{name}.py")]
     if out == resolved_root and shadowing:
         raise ProjectError(f"{config_file}: [tool.adjointgen] output = {output!r} is the project folder itself: the "
                            f"generated {shadowing[0]}/ package would shadow the real {shadowing[0]} for anything run "

@@ -1,8 +1,16 @@
-"""The backends, one module each: a backend is its row (:class:`Backend`), which names its template,
-carries its printer (the syntax of every IR operation and the imports of every runtime name) and its
-verifier, and lists the runtime modules its code may import.  Adding a backend is adding a module
-here (and its templates and runtime helpers, which the row names); nothing in the generator
-branches on a backend's name."""
+"""The backends, one package each: ``codegen/backends/<name>/`` holds
+
+- ``__init__.py``: the row (:class:`Backend`), which names its template, carries its printer (the
+  syntax of every IR operation, the imports of every runtime name, the module of its runtime's
+  forwards) and its verifier, and lists the runtime modules its code may import;
+- ``templates/``: its templates, named ``<name>/...`` (a project's template of that name overrides
+  one); the templates the backends share are in ``templates/`` here (``common/``, ``package/``);
+- ``backend.toml``: where its files go and whether a project gets it by default, read by
+  :mod:`adjointgen.project` without importing the generator.
+
+Adding a backend is adding such a package (and, where its code needs helpers, a runtime module,
+which the row names: the runtime is a stage of its own, imported by generated code without the
+generator); nothing in the generator branches on a backend's name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,9 +66,15 @@ class Backend:
 
 PACKAGE_TEMPLATE = "package/__init__.py.j2"
 
-from . import cuda, cupy, jax, report, torch  # noqa: E402  (each module's row uses Backend)
+def _rows() -> tuple[Backend, ...]:
+    import importlib
 
-#: every backend, in the order the generator renders them
-BACKENDS = tuple(m.BACKEND for m in (torch, cupy, cuda, jax, report))
+    from ...project import backend_declarations
+
+    return tuple(importlib.import_module(f"{__name__}.{name}").BACKEND for name in backend_declarations())
+
+
+#: every backend (a package here with its ``backend.toml``), in the order the generator renders them
+BACKENDS = _rows()
 #: the printers by name (a backend's ``printer.name``)
 PRINTERS = {b.printer.name: b.printer for b in BACKENDS if b.printer is not None}

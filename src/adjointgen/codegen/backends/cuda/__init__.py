@@ -2,6 +2,6 @@
 (``cuda/op.cu.j2``; the header ``adjointgen_divided.cuh``), which the CuPy backend launches."""
 from __future__ import annotations
 
-from . import Backend
+from .. import Backend
 
 BACKEND = Backend("cuda", "cuda/op.cu.j2", None, "//", runtime=("adjointgen_divided.cuh",), kernels=True)

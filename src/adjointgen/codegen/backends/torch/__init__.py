@@ -2,9 +2,9 @@
 operations (``torch/op.py.j2``; runtime: :mod:`adjointgen.runtime`)."""
 from __future__ import annotations
 
-from ..printers import ArrayPrinter
-from ..verify import verify_torch_module
-from . import Backend
+from ...printers import ArrayPrinter
+from ...verify import verify_torch_module
+from .. import Backend
 
 #: the torch backend's runtime modules, each under ``_<module>``
 _TORCH_RUNTIME = ("linalg", "solvers", "checks", "function", "host", "dispatch", "degeneracy", "pairwise", "divided",

@@ -2,11 +2,11 @@
 (``jax/op.py.j2``; runtime: :mod:`adjointgen.runtime.jax`)."""
 from __future__ import annotations
 
-from ..printers import ArrayPrinter
-from ..verify import verify_jax_module
-from . import Backend
-from .cupy import PRINTER as _XP
-from .cupy import _array_imports
+from ...printers import ArrayPrinter
+from ...verify import verify_jax_module
+from .. import Backend
+from ..cupy import PRINTER as _XP
+from ..cupy import _array_imports
 
 #: JAX (``xp`` is ``jax.numpy``): the NumPy table with no in-place statement (JAX arrays are
 #: immutable) and the module's own triangular solves, batched and transposable

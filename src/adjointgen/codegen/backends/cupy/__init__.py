@@ -2,9 +2,9 @@
 runtime: :mod:`adjointgen.runtime.xp`), launching the CUDA backend's kernels on CuPy."""
 from __future__ import annotations
 
-from ..printers import ArrayPrinter
-from ..verify import verify_array_module
-from . import Backend
+from ...printers import ArrayPrinter
+from ...verify import verify_array_module
+from .. import Backend
 
 #: the helpers the array backends' entries and templates call, each under ``_<name>`` (``_part``:
 #: ``matrix_part``), from the backend's runtime module
