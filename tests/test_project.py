@@ -300,3 +300,26 @@ def test_a_half_written_derivation_is_audited_step_by_step_and_says_what_is_miss
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "is not finished" in r.stdout + r.stderr and str(path) in r.stdout + r.stderr
     assert not (folder / "src" / "half" / "_adjoint" / "torch").exists()
+
+
+def test_an_override_copied_before_the_imports_were_computed_still_renders(initialised, tmp_path):
+    """A copy of the cupy template that includes ``common/array_imports.py.j2`` (where the older
+    templates listed their imports) gets the computed imports there: the same module as the
+    built-in template's."""
+    from adjointgen.codegen.templates import builtin_template_dirs
+
+    folder = tmp_path / "old_override"
+    shutil.copytree(initialised, folder)
+    built_in = (initialised / "src" / "myops" / "_adjoint" / "cupy" / "cayley.py").read_text()
+    text = (builtin_template_dirs()["cupy"] / "op.py.j2").read_text()
+    assert "{{ imports }}\n" in text
+    (folder / "templates" / "cupy").mkdir(parents=True)
+    (folder / "templates" / "cupy" / "op.py.j2").write_text(
+        text.replace("{{ imports }}\n", '{% include "common/array_imports.py.j2" %}\n'))
+    config = folder / "pyproject.toml"
+    config.write_text(config.read_text().replace('[tool.adjointgen]\n', '[tool.adjointgen]\ntemplates = "templates"\n'))
+    r = run("generate", "--jobs", "1", cwd=folder)
+    assert r.returncode == 0, r.stderr
+    made = (folder / "src" / "myops" / "_adjoint" / "cupy" / "cayley.py").read_text()
+    body = lambda s: [line for line in s.splitlines() if not line.startswith("# ")]  # noqa: E731 (headers differ)
+    assert "import" in "".join(body(made)) and body(made) == body(built_in)
