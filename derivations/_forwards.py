@@ -65,3 +65,32 @@ def signm(a):
         S[:k, k:] = bartels_stewart(T[:k, :k], -T[k:, k:], 2 * T[:k, k:])
     S = Z @ S @ Z.conj().T
     return S.real.astype(a.dtype, copy=False) if not numpy.iscomplexobj(a) else S
+
+
+def ldl(a):
+    """``(L, d)`` with ``A = L diag(d) L^H`` and no pivoting: ``L`` unit lower triangular, ``d`` real,
+    for a Hermitian ``A`` whose leading principal minors are nonzero (positive definite, negative
+    definite, quasi-definite, or any such indefinite ``A``).  Column by column, each an ``O(n^2)``
+    update.  A :class:`~adjointgen.runtime.checks.SingularMatrixError` names the pivot that is zero to
+    rounding (a singular leading principal submatrix): there the unpivoted factorization does not
+    exist, or has no derivative; ``scipy.linalg.ldl`` (Bunch-Kaufman pivoting) factors such ``A``."""
+    n = a.shape[-1]
+    L = numpy.eye(n, dtype=a.dtype)
+    d = numpy.zeros(n, dtype=numpy.zeros((), a.dtype).real.dtype)
+    if not n:
+        return L, d
+    scale = numpy.abs(a).max()
+    tol = 8 * n * numpy.finfo(d.dtype).eps * scale
+    for j in range(n):
+        v = L[j, :j].conj() * d[:j]  # conj(L_jk) d_k, k < j
+        pivot = a[j, j].real - (L[j, :j] @ v).real
+        if not abs(pivot) > tol:  # also a NaN
+            from adjointgen.runtime.checks import SingularMatrixError
+
+            raise SingularMatrixError(
+                f"ldl: pivot {j} is {pivot:.3g} (zero to rounding, |A| = {scale:.3g}): the leading {j + 1} x {j + 1} "
+                "submatrix of A is singular, so A has no LDL^H factorization without pivoting (or it has no "
+                "derivative); scipy.linalg.ldl factors A with symmetric pivoting")
+        d[j] = pivot
+        L[j + 1:, j] = (a[j + 1:, j] - L[j + 1:, :j] @ v) / pivot
+    return L, d

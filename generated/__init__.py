@@ -2,4 +2,4 @@
 # sources: adjointgen/templates/package/__init__.py.j2
 # sha256 of sources: ccd0fd83e892cabaff6e807c36682b4e6684f3de477bc6a8ee24461c08c2b0bf
 # edit the sources and run `adjointgen generate`.
-"""Generated torch and cupy and jax rules, one module per operation: cholesky, det, eig, eigh, eigh_generalized, eigsh, eigsh_generalized, funm, inv, logm_general, lstsq, lu, matrix_exp, pinv, polar, qr, qr_complement, schur, signm, slogdet, solve, solve_continuous_lyapunov, solve_sylvester, solve_triangular, sqrtm_general, svd, svd_complement, svds."""
+"""Generated torch and cupy and jax rules, one module per operation: cholesky, det, eig, eigh, eigh_generalized, eigsh, eigsh_generalized, funm, inv, ldl, logm_general, lstsq, lu, matrix_exp, pinv, polar, qr, qr_complement, schur, signm, slogdet, solve, solve_continuous_lyapunov, solve_sylvester, solve_triangular, sqrtm_general, svd, svd_complement, svds."""
