@@ -15,6 +15,7 @@ from itertools import chain as _chain_lists
 
 import torch
 from .function import nested_forward as _nested_forward
+from . import memo
 from .verdict import deferred, nonzero, verdict
 
 __all__ = [
@@ -41,7 +42,7 @@ class ArgumentTypeError(ValueError, TypeError):
 
 #: argument signatures (shapes, dtypes, keyword arguments) that :func:`like_torch` has accepted: a
 #: meta call costs about 100 microseconds (torch's Python meta kernels), a lookup under one
-_ACCEPTED: dict = {}
+_ACCEPTED: dict = memo.table()
 _ACCEPTED_MAX = 512
 
 
@@ -65,9 +66,7 @@ def like_torch(function, *args, **kwargs):
     except (NotImplementedError, TypeError):  # a meta kernel missing: leave the checks to the function
         return
     if key is not None:
-        if len(_ACCEPTED) >= _ACCEPTED_MAX:
-            _ACCEPTED.clear()
-        _ACCEPTED[key] = True
+        memo.store(_ACCEPTED, key, True, limit=_ACCEPTED_MAX)
 
 
 class SingularMatrixError(ValueError, torch.linalg.LinAlgError):

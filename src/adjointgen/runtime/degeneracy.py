@@ -33,7 +33,7 @@ import math
 
 import torch
 
-from . import gauge
+from . import gauge, memo
 from .checks import _all_finite, host_values, is_traced, physical
 from .gauge import tangent_split_error
 from .verdict import deferred, verdict
@@ -76,11 +76,11 @@ def default_rtol(dtype: torch.dtype) -> float:
     found = _DEFAULT_RTOL.get(dtype)
     if found is None:
         real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
-        found = _DEFAULT_RTOL[dtype] = math.sqrt(torch.finfo(real).eps)
+        found = memo.store(_DEFAULT_RTOL, dtype, math.sqrt(torch.finfo(real).eps))
     return found
 
 
-_DEFAULT_RTOL: dict = {}
+_DEFAULT_RTOL: dict = memo.table()
 
 
 def set_rtol(rtol: float | None) -> None:
@@ -546,13 +546,11 @@ def rounding_rtol(n: int, dtype) -> float:
         from .xp import rounding_rtol as shared
 
         real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
-        if len(_ROUNDING_RTOL) > 256:
-            _ROUNDING_RTOL.clear()
-        found = _ROUNDING_RTOL[(n, dtype)] = shared(n, torch.finfo(real).eps)
+        found = memo.store(_ROUNDING_RTOL, (n, dtype), shared(n, torch.finfo(real).eps), limit=256)
     return found
 
 
-_ROUNDING_RTOL: dict = {}
+_ROUNDING_RTOL: dict = memo.table()
 
 
 def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -569,11 +567,11 @@ def _generic_rotation(k: int, dtype: torch.dtype, device) -> torch.Tensor:
         Q, Rr = torch.linalg.qr(M)
         Q = Q * (Rr.diagonal().sgn().conj() if dtype.is_complex else Rr.diagonal().sign())
         R = Q.to(dtype=dtype if dtype.is_complex else real, device=device)
-        _ROTATIONS[key] = R
+        memo.store(_ROTATIONS, key, R)
     return R
 
 
-_ROTATIONS: dict = {}
+_ROTATIONS: dict = memo.table()
 
 
 def rounding_clusters(d: torch.Tensor) -> list[list[list[int]]] | None:
@@ -681,9 +679,9 @@ def _rotate_runs(d: torch.Tensor, vectors, normalize: bool):
         equal = (x[..., 1:] - x[..., :-1]).abs() <= rtol * pair  # (..., n - 1): pair (i, i + 1) in one run
         theta = _RUN_ANGLES.get((n, real, x.device))
         if theta is None:
-            theta = _RUN_ANGLES[n, real, x.device] = (
+            theta = memo.store(_RUN_ANGLES, (n, real, x.device), (
                 0.4 + 0.7 * torch.frac(torch.arange(n - 1, dtype=torch.float64) * 0.6180339887498949)).to(real).to(
-                x.device)
+                x.device))
         upper = torch.diag_embed(theta * equal, offset=1).to(dtype)
         skew = upper - upper.mT
         eye = torch.eye(n, dtype=dtype, device=x.device)
@@ -698,7 +696,7 @@ def _rotate_runs(d: torch.Tensor, vectors, normalize: bool):
 
 
 #: the generic angles of :func:`_rotate_runs`, per size, dtype and device
-_RUN_ANGLES: dict = {}
+_RUN_ANGLES: dict = memo.table()
 
 
 # ------------------------------------------------------------------ a partial decomposition's cut
