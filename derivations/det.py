@@ -38,7 +38,7 @@ n = d.dim("n")
 A = d.input("A", n, n)
 det = d.output("det", 1, 1)
 ddet = d.tangent(det)
-d.forward(runtime="det")
+d.forward(runtime="det", saves={"A": "lu"})
 d.instances(sample, [{"n": 3, "field": "complex"}, {"n": 4, "field": "complex"}, {"n": 3, "field": "real"},
                      {"n": 5, "field": "real"}])
 d.symbolic_sizes = {"n": 2}

@@ -157,3 +157,54 @@ def test_the_numpy_and_jax_functions():
             A = _rank_deficient(n, rank, torch.float64, seed=n + rank) if rank else torch.zeros(n, n, dtype=torch.float64)
             H = jax.hessian(agj.det)(jnp.asarray(A.numpy()))
             np.testing.assert_allclose(np.asarray(H).reshape(n * n, n * n), _exact_hessian(A).numpy(), atol=1e-10)
+
+
+def test_the_backward_reuses_the_forwards_lu_factorization():
+    """det's forward saves its LU factors (``d.forward(saves={"A": "lu"})``) and a first-order
+    backward takes ``adj(A^H) = conj(det A) A^-H`` from them: one LU factorization per forward +
+    backward, as torch's; the gradient is torch's, real and complex, batched."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    for dtype in (torch.float64, torch.complex128):
+        g = torch.Generator().manual_seed(3)
+        A = (torch.randn(2, 5, 5, dtype=dtype, generator=g) + 3 * torch.eye(5, dtype=dtype)).requires_grad_()
+        with Count() as count:
+            (gA,) = torch.autograd.grad(agt.det(A).real.sum(), A)
+        factorizations = [n for n in count.names if n.startswith(("linalg_lu_factor", "_linalg_det", "linalg_svd"))]
+        assert len(factorizations) == 1, count.names
+        (expected,) = torch.autograd.grad(torch.linalg.det(A).real.sum(), A)
+        torch.testing.assert_close(gA, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_the_adjugate_from_saved_factors_is_the_adjugate(dtype):
+    """``runtime.linalg.adjugate(A, LU, pivots, adjoint=...)`` against the adjugate of ``A^H``
+    computed afresh (the SVD form at a singular ``A``), and with a graph recorded (second order)
+    the factors are not used."""
+    from adjointgen.runtime import linalg
+
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(3, 4, 4, dtype=dtype, generator=g)
+    A[1, :, 0] = A[1, :, 1]  # one singular matrix in the batch: the SVD form for the batch
+    LU, pivots, _ = torch.linalg.lu_factor_ex(A)
+    with torch.no_grad():
+        for M in (A, A[[0, 2]]):
+            LU, pivots, _ = torch.linalg.lu_factor_ex(M)
+            torch.testing.assert_close(linalg.adjugate(M, LU, pivots, adjoint=True), linalg.adjugate(M.mH),
+                                       rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(linalg.adjugate(M, LU, pivots), linalg.adjugate(M), rtol=1e-10, atol=1e-12)
+            adj = linalg.adjugate(M, LU, pivots)
+            det = torch.linalg.det(M)
+            torch.testing.assert_close(M @ adj, det[:, None, None] * torch.eye(4, dtype=dtype).expand_as(M),
+                                       rtol=1e-10, atol=1e-10)
+    B = A[[0, 2]].clone().requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda X: agt.det(X).real, (B,))

@@ -305,6 +305,19 @@ class DagBuilder:
                 return v.name
         return None
 
+    def saved_factor(self, e):
+        """``(value, (LU, pivots), adjoint)`` where ``e`` is an input the forward saved a
+        factorization of (``d.forward(saves={"A": "lu"})``), or its (conjugate) transpose; else
+        ``None``.  A node that can use the factorization (a solve, the adjugate) reads it from the
+        rule's factor parameters."""
+        flip = isinstance(e, Transpose)
+        sym = e.arg if flip else e
+        if not (isinstance(sym, MatrixSymbol) and sym.name in self.factorized):
+            return None
+        value = self.lower(sym)
+        self.factors_used.add(value)
+        return value, self.factorized[sym.name], flip
+
     def operand(self, m):
         """A factor of a product: its value, or an unevaluated inverse applied later by a solve."""
         if isinstance(m, Inverse) or (isinstance(m, sp.MatPow) and m.args[1] == -1):

@@ -54,6 +54,8 @@ OPS = {
     "scalar_mul": "the product of two scalars",
     "zeros_like": "a zero value of the shape of a",
     "adjugate": "adj(a), the transposed cofactor matrix (runtime routine, finite at singular a)",
+    "adjugate_lu": "adj(op(a)) with op(a) = a^H if adjoint, from the LU factors (lu, pivots) of a the forward saved "
+                   "(None: from a itself)",
     "matrix_exp": "exp(a) of a general square matrix",
     "expm_frechet": "L_exp[a](b), the Fréchet derivative of exp at a along b (runtime, block exponential)",
     "expm_frechet_solve": "L_exp[a]^-1(b), the inverse Fréchet map of exp (runtime solver)",

@@ -158,8 +158,14 @@ def slogdet(A):
 
 
 def det(A):
-    """``torch.linalg.det(A)`` (real or complex; 0 for a singular ``A``)."""
-    return torch.linalg.det(A)
+    """``(det, LU, pivots)``: ``torch.linalg.det(A)`` (real or complex; 0 for a singular ``A``) and
+    the LU factors of ``A`` it is computed from, which the backward reuses (torch's own
+    ``_linalg_det`` returns the factors of ``A^T`` on some devices)."""
+    LU, pivots, _ = torch.linalg.lu_factor_ex(A)
+    n = A.shape[-1]
+    swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
+    parity = 1 - 2 * (swaps % 2).to(A.dtype)
+    return parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1), LU, pivots
 
 
 @torch.compiler.disable  # SciPy on the host: a compiler runs it as is (tracing into SciPy took 40 s)

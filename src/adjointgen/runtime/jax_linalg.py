@@ -318,8 +318,10 @@ def lu(A):
     return P.astype(A.dtype), L, U
 
 
-def adjugate(xp, A):
-    """``adj(A)`` (``A adj(A) = det(A) I``) on ``jax.numpy``, finite and exact at singular ``A``:
+def adjugate(xp, A, LU=None, pivots=None, adjoint: bool = False):
+    """``adj(op(A))`` (``A adj(A) = det(A) I``, ``op(A) = A^H`` with ``adjoint``) on ``jax.numpy``
+    (the JAX rules receive no factorization, ``LU = None``: under ``jit`` XLA shares the forward's),
+    finite and exact at singular ``A``:
     ``det(A) A^-1`` from one LU factorization where its pivots are within ``sqrt(eps)`` of the
     largest (a cheap test of the conditioning: what the SVD costs is several LU factorizations),
     else from the SVD ``A = U S V^H``: ``c V diag(prod_{j != i} s_j) U^H`` with ``c = det(U) det(V^H)``,
@@ -328,6 +330,9 @@ def adjugate(xp, A):
     exact at every rank (``adj`` is a polynomial; no derivative of the SVD enters), so second
     derivatives of ``det`` are right at singular ``A`` (see :func:`adjointgen.runtime.linalg.adjugate`).
     Traced, ``lax.cond`` takes the SVD for the whole batch where one matrix needs it."""
+    del LU, pivots
+    if adjoint:
+        A = jnp.conj(jnp.swapaxes(A, -1, -2))
     n = A.shape[-1]
     if n <= 1:
         return xp.ones_like(A) if n == 1 else A

@@ -178,9 +178,11 @@ def sylvester(A, B, C, hermitian: bool = True):
     return _Sylvester.apply(A, A if same else B, C, same)
 
 
-def adjugate(A):
-    """``adj(A)``, with ``A adj(A) = det(A) I``, for batches of square real or complex ``A``,
-    differentiable to second order at every ``A``, singular ones included.
+def adjugate(A, LU=None, pivots=None, *, adjoint: bool = False):
+    """``adj(op(A))``, with ``A adj(A) = det(A) I`` and ``op(A) = A^H`` with ``adjoint``, for batches
+    of square real or complex ``A``, differentiable to second order at every ``A``, singular ones
+    included.  ``LU``, ``pivots``: the LU factorization of ``A`` the forward saved (``None``: none);
+    a first-order backward takes ``det(A) A^-1`` from it instead of factoring ``A`` again.
 
     Where every matrix of the batch is well conditioned (its LU pivots within ``sqrt(eps)`` of the
     largest, read on the host) it is ``det(A) A^-1`` from one LU factorization, differentiated by
@@ -200,10 +202,14 @@ def adjugate(A):
 
     from .verdict import deferred
 
+    if adjoint and (LU is None or not _reusable(A, LU)):  # adj(A^H) = adj(A)^H: factor A^H itself
+        A, LU, adjoint = A.mH, None, False
     if deferred(A):  # no host decision: the form exact at every rank
         taken("adjugate", "svd")
-        return _Adjugate.apply(A)
-    LU, pivots, _ = torch.linalg.lu_factor_ex(A)  # one factorization: its pivots decide, and it is used
+        adj = _Adjugate.apply(A)
+        return adj.mH if adjoint else adj
+    if LU is None or not _reusable(A, LU):
+        LU, pivots, _ = torch.linalg.lu_factor_ex(A)  # one factorization: its pivots decide, and it is used
     plain = physical(LU.detach())
     if plain is not None:
         magnitude = plain[0].diagonal(dim1=-2, dim2=-1).abs()
@@ -214,9 +220,12 @@ def adjugate(A):
             det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
             eye = torch.eye(n, dtype=A.dtype, device=A.device).expand_as(A)
             taken("adjugate", "lu")
+            if adjoint:  # adj(A^H) = conj(det A) A^-H
+                return det.conj()[..., None, None] * torch.linalg.lu_solve(LU, pivots, eye, adjoint=True)
             return det[..., None, None] * torch.linalg.lu_solve(LU, pivots, eye)
     taken("adjugate", "svd")
-    return _Adjugate.apply(A)
+    adj = _Adjugate.apply(A)
+    return adj.mH if adjoint else adj
 
 
 def _svd_factors(A):

@@ -450,9 +450,14 @@ def lu(A):
     return P.astype(a.dtype), L, U
 
 
-def adjugate(xp, A):
-    """``adj(A)`` (``A adj(A) = det(A) I``) for NumPy/CuPy arrays, finite at singular ``A``:
-    ``det(A) A^-1`` where every matrix's singular values are within ``sqrt(eps)`` of the largest, else from the SVD (see :func:`adjointgen.runtime.linalg.adjugate`)."""
+def adjugate(xp, A, LU=None, pivots=None, adjoint: bool = False):
+    """``adj(op(A))`` (``A adj(A) = det(A) I``, ``op(A) = A^H`` with ``adjoint``) for NumPy/CuPy arrays,
+    finite at singular ``A``: ``det(A) A^-1`` where every matrix's singular values are within
+    ``sqrt(eps)`` of the largest, else from the SVD (see :func:`adjointgen.runtime.linalg.adjugate`).
+    The NumPy/CuPy rules receive no factorization (``LU = None``)."""
+    del LU, pivots
+    if adjoint:
+        A = xp.conj(xp.swapaxes(A, -1, -2))
     n = A.shape[-1]
     if n <= 1:
         return xp.ones_like(A) if n == 1 else A.copy()

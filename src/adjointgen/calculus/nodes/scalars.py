@@ -149,6 +149,10 @@ class Adjugate(_UnaryMatrixNode):
         return arith.adjugate(ev(self.arg))
 
     def lower_rule(self, b):
+        saved = b.saved_factor(self.arg)  # the LU the forward saved: det(A) A^-1 without a second LU
+        if saved is not None:
+            value, (lu, pivots), adjoint = saved
+            return b.emit("adjugate_lu", [value, lu, pivots], "matrix", [("adjoint", str(adjoint))])
         return b.emit("adjugate", [b.lower(self.arg)], "matrix")
 
 

@@ -80,6 +80,7 @@ PRINTER = ArrayPrinter(
         "scalar_mul": "{0} * {1}",
         "zeros_like": "xp.zeros_like({0})",
         "adjugate": "_adjugate(xp, {0})",
+        "adjugate_lu": "_adjugate(xp, {0}, {1}, {2}, adjoint={adjoint})",
         "matrix_exp": "_matrix_exp({0})",
         "expm_frechet": "_expm_frechet(xp, {0}, {1})",
         "expm_frechet_solve": "_expm_frechet_solve(xp, {0}, {1})",

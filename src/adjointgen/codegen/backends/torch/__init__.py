@@ -65,6 +65,7 @@ PRINTER = ArrayPrinter(
         "scalar_mul": "{0} * {1}",
         "zeros_like": "torch.zeros_like({0})",
         "adjugate": "_linalg.adjugate({0})",
+        "adjugate_lu": "_linalg.adjugate({0}, {1}, {2}, adjoint={adjoint})",
         "matrix_exp": "_linalg.matrix_exp({0})",
         "expm_frechet": "_linalg.expm_frechet({0}, {1})",
         "expm_frechet_solve": "_linalg.expm_frechet_solve({0}, {1})",
