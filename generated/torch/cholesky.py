@@ -14,6 +14,7 @@ Functions:
 """
 import torch
 
+from adjointgen.runtime import linalg as _linalg
 from adjointgen.runtime import checks as _checks
 from adjointgen.runtime import function as _function
 from adjointgen.runtime import dispatch as _dispatch
@@ -30,7 +31,7 @@ def cholesky_jvp(L, dA):
     t0 = L.mT
     t1 = torch.linalg.solve_triangular(t0, dA, upper=True, left=False)
     t2 = torch.linalg.solve_triangular(L, t1, upper=False)
-    t3 = t2.tril(-1) + 0.5 * torch.diag_embed(t2.diagonal(dim1=-2, dim2=-1))
+    t3 = _linalg.lower_half(t2)
     t4 = L @ t3
     return t4
 
@@ -44,7 +45,7 @@ def cholesky_vjp(L, gL):
     # gA: derived at derivations/cholesky.py:65 (step 20: VJP gA by transposing the JVP: L.T**(-1)*Φ(L.T*gL)*L**(-1))
     t0 = L.mT
     t1 = t0 @ gL
-    t2 = t1.tril(-1) + 0.5 * torch.diag_embed(t1.diagonal(dim1=-2, dim2=-1))
+    t2 = _linalg.lower_half(t1)
     t3 = 0.5 * (t2 + t2.mT)
     t4 = torch.linalg.solve_triangular(L, t3, upper=False, left=False)
     t5 = torch.linalg.solve_triangular(t0, t4, upper=True)
@@ -61,7 +62,7 @@ def cholesky_jvp_complex(L, dA):
     t0 = L.mH
     t1 = torch.linalg.solve_triangular(t0, dA, upper=True, left=False)
     t2 = torch.linalg.solve_triangular(L, t1, upper=False)
-    t3 = t2.tril(-1) + 0.5 * torch.diag_embed(t2.diagonal(dim1=-2, dim2=-1))
+    t3 = _linalg.lower_half(t2)
     t4 = L @ t3
     return t4
 
@@ -75,7 +76,7 @@ def cholesky_vjp_complex(L, gL):
     # gA: derived at derivations/cholesky.py:65 (step 20: VJP gA by transposing the JVP: L.T**(-1)*Φ(L.T*gL)*L**(-1))
     t0 = L.mH
     t1 = t0 @ gL
-    t2 = t1.tril(-1) + 0.5 * torch.diag_embed(t1.diagonal(dim1=-2, dim2=-1))
+    t2 = _linalg.lower_half(t1)
     t3 = 0.5 * (t2 + t2.mH)
     t4 = torch.linalg.solve_triangular(L, t3, upper=False, left=False)
     t5 = torch.linalg.solve_triangular(t0, t4, upper=True)

@@ -10,10 +10,11 @@ lives here: which factorization to use is a numerical choice, the rule is the de
 from __future__ import annotations
 
 import torch
+from . import memo
 from .function import nested_forward as _nested_forward
 from .routes import taken
 
-__all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lu_solve", "matrix_exp", "sylvester",
+__all__ = ["adjugate", "expm_frechet", "expm_frechet_solve", "lower_half", "lu_solve", "matrix_exp", "sylvester",
            "triangular_sylvester_solve"]
 
 
@@ -49,6 +50,26 @@ def _is_dual(t: torch.Tensor) -> bool:
     except ImportError:  # pragma: no cover - older torch
         pass
     return torch.autograd.forward_ad.unpack_dual(t).tangent is not None
+
+
+def lower_half(X):
+    """``Φ(X)``: the lower triangle of ``X`` with its diagonal halved (the triangular factorizations'
+    projection), in one pass over ``X``: a product with the fixed mask (1 below the diagonal, 1/2 on
+    it), out of place, so that forward-mode zero tangents, ``vmap`` and compilers take it as any
+    product."""
+    n = X.shape[-1]
+    real = X.real.dtype if X.is_complex() else X.dtype
+    key = (n, real, X.device)
+    mask = _HALF_LOWER.get(key)
+    if mask is None:
+        mask = torch.ones(n, n, dtype=real, device=X.device).tril()
+        mask.diagonal().fill_(0.5)
+        mask = memo.store(_HALF_LOWER, key, mask, limit=64)
+    return X * mask
+
+
+#: the masks of :func:`lower_half`, per size, dtype and device
+_HALF_LOWER: dict = memo.table()
 
 
 def lu_solve(A, LU, pivots, B, *, adjoint: bool = False, left: bool = True):

@@ -35,7 +35,7 @@ PRINTER = ArrayPrinter(
         "shifted_solve": "_solvers.shifted_solve({0}, {1}, {2}, {3}, {4})",
         "sylvester_solve": "_linalg.sylvester({0}, {1}, {2}, hermitian={hermitian})",
         "add_eye": "{0} + {coeff} * torch.eye({0}.shape[-1], dtype={0}.dtype, device={0}.device)",
-        "lower_half": "{0}.tril(-1) + 0.5 * torch.diag_embed({0}.diagonal(dim1=-2, dim2=-1))",
+        "lower_half": "_linalg.lower_half({0})",
         "strictly_lower": "{0}.tril(-1)",
         "solve_unit_lower": "torch.linalg.solve_triangular({0}, {1}, upper=False, unitriangular=True)",
         "solve_unit_upper": "torch.linalg.solve_triangular({0}, {1}, upper=True, unitriangular=True)",
