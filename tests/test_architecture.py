@@ -18,8 +18,8 @@ import pytest
 import adjointgen.codegen.generate as gen
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the backend packages, holding the built-in templates (each backend's own, and the shared ones)
-TEMPLATES = ROOT / "src" / "adjointgen" / "codegen" / "backends"
+#: the built-in templates: a folder per backend (named by its row) and the shared common/, package/
+TEMPLATES = ROOT / "templates"
 
 #: stage -> the stages it may import (module ``adjointgen.<stage>...``; ``(root)`` is the package
 #: itself).  Reading down the table is reading down the pipeline.
@@ -311,10 +311,10 @@ def test_no_code_branches_on_a_backend_or_a_gauge_name():
 def test_a_backend_is_one_package():
     """Each backend is a package of ``codegen/backends``: its row carries its printer (the syntax of
     every IR operation, the imports of every runtime name, where its forwards come from) and its
-    verifier, its templates are in its ``templates/`` (named ``<backend>/...``), and its
-    ``backend.toml`` declares its output layout, which the project stage reads as data.  No other
-    module holds a backend's table: ``printers.py`` holds the printers' machinery, ``project.py``
-    and the generator find the packages."""
+    verifier and names its templates (``templates/<backend>/``), and its ``backend.toml`` declares
+    its output layout, which the project stage reads as data.  No other module holds a backend's
+    table: ``printers.py`` holds the printers' machinery, ``project.py`` and the generator find the
+    packages."""
     import importlib
     import tomllib
 
@@ -322,15 +322,15 @@ def test_a_backend_is_one_package():
     from adjointgen.codegen import printers
     from adjointgen.codegen.backends import BACKENDS, PRINTERS
 
+    packages = ROOT / "src" / "adjointgen" / "codegen" / "backends"
     assert [b.name for b in BACKENDS] == list(project.backend_declarations()) == list(project.BACKENDS)
     for backend in BACKENDS:
         module = importlib.import_module(f"adjointgen.codegen.backends.{backend.name}")
         assert module.BACKEND is backend
-        folder = TEMPLATES / backend.name
-        assert (folder / "__init__.py").is_file() and (folder / "templates").is_dir(), backend.name
+        assert (packages / backend.name / "__init__.py").is_file(), backend.name
         prefix, _, rest = backend.template.partition("/")
-        assert prefix == backend.name and (folder / "templates" / rest).is_file(), backend.template
-        assert backend.output == tomllib.loads((folder / "backend.toml").read_text())["output"]
+        assert prefix == backend.name and (TEMPLATES / backend.template).is_file(), backend.template
+        assert backend.output == tomllib.loads((packages / backend.name / "backend.toml").read_text())["output"]
         assert backend.printer is None or (backend.printer.imports and backend.printer.forwards), backend.name
         assert backend.printer is None or callable(backend.verifier), backend.name
     assert not [n for n, v in vars(printers).items() if isinstance(v, printers.ArrayPrinter)]
@@ -340,8 +340,9 @@ def test_a_backend_is_one_package():
         text = path.read_text()
         for backend in BACKENDS:
             assert not re.search(rf"""["']{backend.name}(/[^"']*)?["']\s*:""", text), (path.name, backend.name)
-    # the built-in templates are the backend packages' (and the shared ones), nothing at the top
-    assert not (ROOT / "templates").exists()
+    # the template folders are the backends' (and the shared ones)
+    assert {p.name for p in TEMPLATES.iterdir() if p.is_dir() and p.name != "__pycache__"} == \
+        {b.name for b in BACKENDS} | {"common", "package"}
 
 
 def test_generated_code_imports_only_its_backends_runtime_helpers():
@@ -431,7 +432,7 @@ def test_the_autograd_functions_dispatch_in_the_runtime_not_in_the_template():
     """Complex or real rules, checked or not, completion at clusters and which check a residual
     goes to: decided once, in adjointgen.runtime.dispatch, from the rules the template lays out as
     data; the generated backward and jvp hand it their names."""
-    template = "".join(p.read_text() for p in sorted((TEMPLATES / "torch" / "templates").rglob("*.j2")))
+    template = "".join(p.read_text() for p in sorted((TEMPLATES / "torch").rglob("*.j2")))
     for decision in ("is_complex()", "_gauge.", "_degeneracy.check(", "_degeneracy.complete(", "_completion.complete(", "has_clusters("):
         assert decision not in template, decision
     import adjointgen.generated.torch.eigh as eigh

@@ -81,7 +81,7 @@ def test_every_replay_of_inv_rejects_a_wrong_claim(root):
 
 def _copy_project(root, tmp_path):
     shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
-    for sub in ("derivations", "generated"):
+    for sub in ("derivations", "templates", "generated"):
         shutil.copytree(root / sub, tmp_path / sub)
     return tmp_path
 

@@ -306,12 +306,12 @@ def test_an_override_copied_before_the_imports_were_computed_still_renders(initi
     """A copy of the cupy template that includes ``common/array_imports.py.j2`` (where the older
     templates listed their imports) gets the computed imports there: the same module as the
     built-in template's."""
-    from adjointgen.codegen.templates import builtin_template_dirs
+    from adjointgen.project import builtin_templates
 
     folder = tmp_path / "old_override"
     shutil.copytree(initialised, folder)
     built_in = (initialised / "src" / "myops" / "_adjoint" / "cupy" / "cayley.py").read_text()
-    text = (builtin_template_dirs()["cupy"] / "op.py.j2").read_text()
+    text = (builtin_templates() / "cupy" / "op.py.j2").read_text()
     assert "{{ imports }}\n" in text
     (folder / "templates" / "cupy").mkdir(parents=True)
     (folder / "templates" / "cupy" / "op.py.j2").write_text(

@@ -30,7 +30,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["BACKENDS", "BackendDeclaration", "Project", "ProjectError", "backend_declarations", "catalogue_project", "check_name",
+__all__ = ["BACKENDS", "BackendDeclaration", "Project", "ProjectError", "backend_declarations", "builtin_templates",
+           "catalogue_project", "check_name",
            "find_project", "load_project"]
 
 #: the backend packages (``codegen/backends/<name>/``), each declaring itself in ``backend.toml``
@@ -168,9 +169,20 @@ class Project:
 
     @property
     def template_dirs(self) -> tuple[Path, ...]:
-        """The project's own template folders, looked up before the built-in templates (which live in
-        the backend packages, :mod:`adjointgen.codegen.templates`)."""
-        return () if self.templates is None else (self.templates,)
+        """Where templates are looked up, first match wins: the project's, then the built-in ones."""
+        dirs = [] if self.templates is None else [self.templates]
+        builtin = builtin_templates()
+        if not dirs or dirs[0].resolve() != builtin.resolve():
+            dirs.append(builtin)
+        return tuple(dirs)
+
+
+def builtin_templates() -> Path:
+    """The templates shipped inside the package (``adjointgen/templates``: one folder per backend,
+    named by its row, and the shared ``common/`` and ``package/``)."""
+    from importlib import resources
+
+    return Path(str(resources.files("adjointgen.templates")))
 
 
 def catalogue_project() -> Project:
@@ -184,7 +196,7 @@ def catalogue_project() -> Project:
     root = derivations.parent if (derivations.parent / output.name).is_dir() else output.parent
     return Project(root=root, config_file=root / "pyproject.toml", derivations=derivations,
                    package="adjointgen.generated", output=output, backends=tuple(BACKENDS), templates=None,
-                   aliases=((derivations, "derivations"),))
+                   aliases=((derivations, "derivations"), (builtin_templates(), "templates")))
 
 
 def find_project(start: str | os.PathLike | None = None) -> Path:

@@ -211,8 +211,7 @@ def _output_digest(project: Project) -> str:
     for package in sorted({lib for b in BACKENDS if b.name in project.backends for lib in b.libraries}):
         digest.update(f"{package} {_package_version(package)}\0".encode())
     files = [here / "project.py", *sorted((here / "codegen").rglob("*.py")), *sorted((here / "runtime").rglob("*.py")),
-             *sorted((here / "runtime").rglob("*.cuh")), *sorted((here / "codegen").rglob("*.j2")),
-             *sorted((here / "codegen").rglob("backend.toml"))]
+             *sorted((here / "runtime").rglob("*.cuh")), *sorted((here / "codegen").rglob("backend.toml"))]
     _files_digest(digest, files, lambda f: Path(f).relative_to(here).as_posix())
     for folder in project.template_dirs:
         templates = sorted(p for p in Path(folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..project import BACKENDS_DIR, Project, ProjectError
+from ..project import Project, ProjectError
 from .imports import UnknownName
 from .imports import resolve as resolve_imports
 
@@ -38,38 +38,13 @@ def _RecordingLoader(loaders):
     return _recording_loader_class()(loaders)
 
 
-#: the templates the backends share (``common/``, ``package/``); each backend's own are in its
-#: package, ``codegen/backends/<name>/templates/``, and named ``<name>/...``
-SHARED_TEMPLATES = BACKENDS_DIR / "templates"
-
-
-def builtin_template_dirs() -> dict[str, Path]:
-    """The built-in template folders by the prefix of their templates' names (``""``: the shared
-    ones): a project's template of the same name (``torch/op.py.j2``) overrides the built-in one."""
-    return {"": SHARED_TEMPLATES, **{p.parent.name: p for p in sorted(BACKENDS_DIR.glob("*/templates"))
-                                     if p.parent != BACKENDS_DIR}}
-
-
-def builtin_template_name(path) -> str | None:
-    """The name of a built-in template file (``torch/op.py.j2``), ``None`` for any other file."""
-    path = Path(path).resolve()
-    for prefix, folder in builtin_template_dirs().items():
-        if path.is_relative_to(folder.resolve()):
-            rest = path.relative_to(folder.resolve()).as_posix()
-            return f"{prefix}/{rest}" if prefix else rest
-    return None
-
-
 def _environment(project: Project):
     import jinja2
 
     from .printers import scalar_c, scalar_python
 
     env = jinja2.Environment(
-        loader=_RecordingLoader([*(jinja2.FileSystemLoader(str(d)) for d in project.template_dirs),
-                                 jinja2.FileSystemLoader(str(SHARED_TEMPLATES)),
-                                 jinja2.PrefixLoader({prefix: jinja2.FileSystemLoader(str(folder))
-                                                      for prefix, folder in builtin_template_dirs().items() if prefix})]),
+        loader=_RecordingLoader([jinja2.FileSystemLoader(str(d)) for d in project.template_dirs]),
         cache_size=0,  # every include is loaded, and so recorded, each time it renders
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -118,7 +93,7 @@ def _template(env, project: Project, name: str):
     try:
         return env.get_template(name)
     except jinja2.TemplateNotFound:
-        where = ", ".join(str(d) for d in (*project.template_dirs, *builtin_template_dirs().values()))
+        where = ", ".join(str(d) for d in project.template_dirs)
         raise TemplateError(f"template {name!r} not found; looked in: {where}") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from None
@@ -137,19 +112,20 @@ def _render_template(template, **context) -> str:
 
 
 def _source_label(project: Project, path: Path) -> str:
-    """How a header names a source: ``adjointgen/templates/<name>`` for a built-in template (the
-    same in a checkout and an installed adjointgen), else relative to the project (or by the
-    project's aliases)."""
-    builtin = builtin_template_name(path)
-    if builtin is not None:
-        return "adjointgen/templates/" + builtin
+    """How a header names a source: relative to the project (or by the project's aliases), or
+    ``adjointgen/templates/...`` for the built-in templates of an installed adjointgen."""
     path = Path(path).resolve()
     if project.aliases:
         return project.label(path)
     try:
         return path.relative_to(project.root).as_posix()
     except ValueError:
-        return path.as_posix()
+        from ..project import builtin_templates
+
+        try:
+            return "adjointgen/templates/" + path.relative_to(builtin_templates().resolve()).as_posix()
+        except ValueError:
+            return path.as_posix()
 
 
 def _header(comment: str | None, sources: list[Path], project: Project) -> str:

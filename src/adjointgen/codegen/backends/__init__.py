@@ -1,16 +1,16 @@
 """The backends, one package each: ``codegen/backends/<name>/`` holds
 
-- ``__init__.py``: the row (:class:`Backend`), which names its template, carries its printer (the
-  syntax of every IR operation, the imports of every runtime name, the module of its runtime's
-  forwards) and its verifier, and lists the runtime modules its code may import;
-- ``templates/``: its templates, named ``<name>/...`` (a project's template of that name overrides
-  one); the templates the backends share are in ``templates/`` here (``common/``, ``package/``);
+- ``__init__.py``: the row (:class:`Backend`), which names its template (in ``templates/<name>/``,
+  shipped as ``adjointgen.templates``: a project's template of the same name overrides one, and the
+  templates the backends share are ``templates/common/``), carries its printer (the syntax of every
+  IR operation, the imports of every runtime name, the module of its runtime's forwards) and its
+  verifier, and lists the runtime modules its code may import;
 - ``backend.toml``: where its files go and whether a project gets it by default, read by
   :mod:`adjointgen.project` without importing the generator.
 
-Adding a backend is adding such a package (and, where its code needs helpers, a runtime module,
-which the row names: the runtime is a stage of its own, imported by generated code without the
-generator); nothing in the generator branches on a backend's name."""
+Adding a backend is adding such a package and its template folder (and, where its code needs
+helpers, a runtime module, which the row names: the runtime is a stage of its own, imported by
+generated code without the generator); nothing in the generator branches on a backend's name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
