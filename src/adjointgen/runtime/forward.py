@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .checks import NotPositiveDefiniteError, is_traced
+from .linalg import pivot_parity
 from .verdict import nonzero, verdict
 
 
@@ -149,10 +150,7 @@ def slogdet(A):
     ``(0, -inf)``, as torch."""
     LU, pivots, _ = torch.linalg.lu_factor_ex(A)
     diagonal = LU.diagonal(dim1=-2, dim2=-1)
-    n = A.shape[-1]
-    swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
-    parity = 1 - 2 * (swaps % 2).to(A.dtype)
-    sign = parity * diagonal.sgn().prod(-1)  # a unit phase for complex A, 0 for a singular one
+    sign = pivot_parity(pivots, A.dtype) * diagonal.sgn().prod(-1)  # a unit phase for complex A, 0 for a singular one
     logabsdet = diagonal.abs().log().sum(-1)
     return sign, logabsdet, LU, pivots
 
@@ -162,10 +160,7 @@ def det(A):
     the LU factors of ``A`` it is computed from, which the backward reuses (torch's own
     ``_linalg_det`` returns the factors of ``A^T`` on some devices)."""
     LU, pivots, _ = torch.linalg.lu_factor_ex(A)
-    n = A.shape[-1]
-    swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
-    parity = 1 - 2 * (swaps % 2).to(A.dtype)
-    return parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1), LU, pivots
+    return pivot_parity(pivots, A.dtype) * LU.diagonal(dim1=-2, dim2=-1).prod(-1), LU, pivots
 
 
 @torch.compiler.disable  # SciPy on the host: a compiler runs it as is (tracing into SciPy took 40 s)

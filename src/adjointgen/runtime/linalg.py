@@ -52,6 +52,14 @@ def _is_dual(t: torch.Tensor) -> bool:
     return torch.autograd.forward_ad.unpack_dual(t).tangent is not None
 
 
+def pivot_parity(pivots, dtype):
+    """``det(P)`` of LAPACK's row interchanges ``pivots`` (``(..., n)``, 1-based, as
+    ``torch.linalg.lu_factor`` returns them): ``-1`` for an odd number of swaps, else ``1``."""
+    n = pivots.shape[-1]
+    swaps = (pivots != torch.arange(1, n + 1, device=pivots.device, dtype=pivots.dtype)).sum(-1)
+    return 1 - 2 * (swaps % 2).to(dtype)
+
+
 def lower_half(X):
     """``Φ(X)``: the lower triangle of ``X`` with its diagonal halved (the triangular factorizations'
     projection), in one pass over ``X``: a product with the fixed mask (1 below the diagonal, 1/2 on
@@ -236,9 +244,7 @@ def adjugate(A, LU=None, pivots=None, *, adjoint: bool = False):
         magnitude = plain[0].diagonal(dim1=-2, dim2=-1).abs()
         eps = torch.finfo(magnitude.dtype).eps
         if not magnitude.numel() or bool((magnitude.amin(-1) > magnitude.amax(-1) * eps ** 0.5).all()):
-            swaps = (pivots != torch.arange(1, n + 1, device=A.device, dtype=pivots.dtype)).sum(-1)
-            parity = 1 - 2 * (swaps % 2).to(A.dtype)
-            det = parity * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
+            det = pivot_parity(pivots, A.dtype) * LU.diagonal(dim1=-2, dim2=-1).prod(-1)
             eye = torch.eye(n, dtype=A.dtype, device=A.device).expand_as(A)
             taken("adjugate", "lu")
             if adjoint:  # adj(A^H) = conj(det A) A^-H
